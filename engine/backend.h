@@ -1,0 +1,87 @@
+// Backend: runs a padded batch of features through the acoustic model (fused encoder sub-blocks,
+// 1x1 decoder, log-softmax, argmax). Implementations: CPU (always built) and CUDA (built when
+// nvcc is found). Both walk the same immutable Model; only the kernels differ.
+//
+// Ownership: a Backend shares the Model (shared_ptr) and owns its workspaces.
+// Thread-safety: NOT thread-safe. One Backend is driven by one worker thread at a time (the
+// scheduler runs one worker per backend replica); create several replicas for parallelism.
+#ifndef JASPER_ENGINE_BACKEND_H_
+#define JASPER_ENGINE_BACKEND_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/model.h"
+
+namespace jasper {
+
+// A padded batch of log-mel features: channels-last [batch, time, features], FP32, host memory,
+// borrowed for the duration of Run(). Frames at t >= lengths[b] are ignored (masked).
+struct FeatureBatch {
+  const float* data = nullptr;
+  int batch = 0;
+  int time = 0;
+  int features = 0;
+  const int* lengths = nullptr;
+};
+
+// Per-frame CTC outputs of one batch, host memory. `time` is the padded encoder time; entries at
+// t >= lengths[b] are id -1 / log-prob 0.
+struct BackendOutput {
+  int batch = 0;
+  int time = 0;
+  int vocab = 0;                      // num_outputs (labels + blank)
+  std::vector<int> lengths;           // [batch] valid encoder frames
+  std::vector<int> ids;               // [batch, time] argmax token ids
+  std::vector<float> best_log_probs;  // [batch, time] log-probability of the argmax
+  std::vector<float> log_probs;       // [batch, time, vocab]; only with keep_log_probs
+  // Only with keep_block_outputs (tests): the output of every encoder block,
+  // [batch, block_time[i], channels] each.
+  std::vector<std::vector<float>> block_outputs;
+  std::vector<int> block_time;
+};
+
+enum class Device { kAuto, kCpu, kCuda };
+
+// "auto", "cpu" or "cuda".
+absl::StatusOr<Device> ParseDevice(const std::string& name);
+
+struct BackendOptions {
+  Device device = Device::kAuto;
+  int cpu_threads = 1;               // BLAS threads for this replica's GEMMs
+  bool keep_log_probs = false;       // fill BackendOutput::log_probs
+  bool keep_block_outputs = false;   // fill BackendOutput::block_outputs (tests only)
+  // Workspaces are sized for these at creation, so Run() within them never allocates.
+  // Larger batches still run (workspaces grow once, with a log line).
+  int max_batch = 8;
+  int max_feature_frames = 1600;     // 16 s at 10 ms per frame
+  int cuda_device = 0;
+
+  absl::Status Validate() const;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Errors: shape mismatch (features != model's feat_in), non-positive sizes, lengths outside
+  // [1, time]. Never aborts.
+  virtual absl::Status Run(const FeatureBatch& input, BackendOutput* output) = 0;
+  // "cpu" or "cuda:N".
+  virtual std::string name() const = 0;
+};
+
+// Creates a backend for `options.device`. kAuto picks CUDA when this build has it and a GPU is
+// present, else the CPU (logging the choice). kCuda on a CPU-only build or a machine without a
+// GPU is FAILED_PRECONDITION with a clear message.
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(std::shared_ptr<const Model> model,
+                                                       const BackendOptions& options);
+
+// Whether this build includes the CUDA backend and a usable GPU is present.
+bool CudaAvailable();
+
+}  // namespace jasper
+
+#endif  // JASPER_ENGINE_BACKEND_H_

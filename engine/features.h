@@ -1,0 +1,77 @@
+// Log-mel featurizer equal to NeMo's AudioToMelSpectrogramPreprocessor at inference (no
+// dither): pre-emphasis, centred framing (reflect or zero padding per StftMode), symmetric Hann
+// window zero-padded to n_fft, FFT, |X|^mag_power, Slaney mel filterbank, log(x + guard),
+// per-feature normalisation over valid frames (unbiased std + 1e-5), zero past the valid
+// length, pad to a multiple of pad_to.
+//
+// Output layout: channels-last [frames, features] FP32, host memory.
+// Thread-safety: immutable after Create(); Compute() is const and reentrant.
+#ifndef JASPER_ENGINE_FEATURES_H_
+#define JASPER_ENGINE_FEATURES_H_
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/fft.h"
+#include "engine/model_config.h"
+
+namespace jasper {
+
+struct Features {
+  std::vector<float> data;  // [padded_frames, num_features]
+  int padded_frames = 0;
+  int valid_frames = 0;  // NeMo's seq_len
+  int num_features = 0;
+};
+
+class Featurizer {
+ public:
+  // `filterbank` ([features, n_fft/2+1], e.g. from the checkpoint) is used when non-empty;
+  // otherwise the Slaney filterbank is computed as librosa.filters.mel does.
+  static absl::StatusOr<Featurizer> Create(const FeaturizerConfig& config,
+                                           const std::vector<float>& filterbank = {});
+
+  // Number of valid frames NeMo reports for `num_samples` samples.
+  int ValidFrames(int num_samples) const;
+
+  // samples: mono audio at config.sample_rate, float in [-1, 1].
+  // Errors: empty input, too short to give 2 valid frames when normalizing.
+  absl::StatusOr<Features> Compute(absl::Span<const float> samples) const;
+
+  // Log-mel without normalisation or pad_to ([valid_frames, features]); streaming normalises
+  // each window itself.
+  absl::StatusOr<Features> ComputeUnnormalized(absl::Span<const float> samples) const;
+
+  const FeaturizerConfig& config() const { return config_; }
+  const std::vector<float>& filterbank() const { return filterbank_; }
+
+ private:
+  Featurizer() = default;
+  // Log-mel (or mel when !config_.log) of the first `num_frames` STFT frames, [num_frames,
+  // features], in double. `samples` is already validated (non-empty, finite, long enough).
+  void LogMel(absl::Span<const float> samples, int num_frames, std::vector<double>* out) const;
+  // Shared checks of Compute/ComputeUnnormalized; returns the valid frame count (>= min_valid).
+  absl::StatusOr<int> CheckInput(absl::Span<const float> samples, int min_valid) const;
+  // Number of frames torch.stft(center=True) yields: 1 + (L + 2*(n_fft/2) - n_fft) / hop.
+  int StftFrames(int num_samples) const;
+
+  FeaturizerConfig config_;        // n_fft resolved (never 0)
+  std::vector<float> filterbank_;  // [features, n_fft/2+1]
+  std::vector<float> window_;      // [n_fft], Hann of win_length centred, zeros elsewhere
+  int win_length_ = 0;             // samples
+  int hop_length_ = 0;             // samples
+  std::shared_ptr<const RealFft> fft_;       // size n_fft; immutable, shared by copies
+  std::vector<std::pair<int, int>> fb_support_;  // per mel row: [first, last+1) nonzero bin
+};
+
+// librosa.filters.mel(sr, n_fft, n_mels, fmin, fmax, htk=False, norm='slaney' or None):
+// returns [n_mels, n_fft/2+1]. Exposed for tests.
+std::vector<float> SlaneyMelFilterbank(int sample_rate, int n_fft, int n_mels, double fmin_hz,
+                                       double fmax_hz, bool slaney_norm);
+
+}  // namespace jasper
+
+#endif  // JASPER_ENGINE_FEATURES_H_

@@ -1,0 +1,82 @@
+// Sample-rate conversion of mono float audio over libsoxr, for streams and for whole buffers.
+//
+// Quality: SOXR_HQ (20-bit precision, linear phase, passband to 0.913 of the lower Nyquist,
+// stopband from 1.0), soxr's default engine, single-threaded. Integer rates 8000..48000 Hz.
+// Equal rates are an exact pass-through (no soxr object, no delay).
+//
+// Latency (streaming): the output is time-aligned with the input (soxr removes the filter's group
+// delay), but a stream holds samples back until it has enough input on the right of them: about
+// 1-3 ms of audio at the rates above for SOXR_HQ, plus up to one internal processing block
+// (soxr works on blocks of a few thousand samples, so outputs arrive in bursts). The held-back
+// tail comes out at Flush(). delay() reports the current hold-back in output samples.
+//
+// Streaming output equals one-shot output (same soxr configuration) up to float rounding; the
+// chunking of the input does not change the result beyond ~1e-6.
+//
+// Ownership: a Resampler owns its soxr handle (move-only).
+// Thread-safety: none per object (one Resampler per stream); distinct objects are independent.
+#ifndef JASPER_ENGINE_RESAMPLE_H_
+#define JASPER_ENGINE_RESAMPLE_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+struct soxr;  // libsoxr's handle type (soxr_t is `struct soxr*`)
+
+namespace jasper {
+
+class Resampler {
+ public:
+  static constexpr int kMinRate = 8000;
+  static constexpr int kMaxRate = 48000;
+
+  // Errors: a rate outside [kMinRate, kMaxRate]; soxr failing to initialise (Internal).
+  static absl::StatusOr<Resampler> Create(int in_rate, int out_rate);
+
+  Resampler(Resampler&&) noexcept;
+  Resampler& operator=(Resampler&&) noexcept;
+  Resampler(const Resampler&) = delete;
+  Resampler& operator=(const Resampler&) = delete;
+  ~Resampler();
+
+  int in_rate() const { return in_rate_; }
+  int out_rate() const { return out_rate_; }
+  bool is_identity() const { return in_rate_ == out_rate_; }
+
+  // Consumes all of `in` (samples at in_rate) and appends whatever output is ready (at
+  // out_rate) to *out. Non-finite input is an InvalidArgument error (nothing consumed).
+  absl::Status Process(absl::Span<const float> in, std::vector<float>* out);
+
+  // Ends the stream: appends the held-back tail to *out, then resets so the object can take a
+  // new stream.
+  absl::Status Flush(std::vector<float>* out);
+
+  // Output samples currently held back (0 for identity).
+  double delay() const;
+
+ private:
+  struct SoxrDeleter {
+    void operator()(soxr* s) const;
+  };
+  Resampler(int in_rate, int out_rate) : in_rate_(in_rate), out_rate_(out_rate) {}
+  // Runs soxr_process until it has taken all `len` samples of `in` (in == nullptr: flush until
+  // soxr has nothing left), appending to *out.
+  absl::Status Drive(const float* in, size_t len, std::vector<float>* out);
+
+  int in_rate_ = 0;
+  int out_rate_ = 0;
+  std::unique_ptr<soxr, SoxrDeleter> soxr_;  // null for identity
+};
+
+// One-shot conversion of a whole buffer (a fresh Resampler, Process, Flush). Output length is
+// round(in.size() * out_rate / in_rate) give or take one sample.
+absl::StatusOr<std::vector<float>> Resample(absl::Span<const float> in, int in_rate,
+                                            int out_rate);
+
+}  // namespace jasper
+
+#endif  // JASPER_ENGINE_RESAMPLE_H_

@@ -1,0 +1,518 @@
+// Kernel tests: the fused CPU sub-block and the CTC head against direct computations.
+//
+// Every case draws fresh random data from a seed that is printed on failure; set
+// JASPER_KERNELS_SEED=<n> to replay one. Outputs and the workspace are poisoned with NaN before a
+// run so an unwritten element fails, and input frames past the lengths hold large finite garbage
+// (1e6) so a kernel that reads masked frames fails too.
+//
+// Tolerance: with n = K*C_in + sum(C_res) products per output, the fused result must satisfy
+//   max |fused - reference| <= 1e-5 * sqrt(n) * max |reference|
+// over the valid frames (both are FP32; they differ only in summation order and FMA use), and
+// frames past out_lengths must be exactly 0.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/sub_block.h"
+
+namespace jasper::kernels {
+namespace {
+
+constexpr float kGarbage = 1e6f;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+std::uint64_t FreshSeed() {
+  if (const char* env = std::getenv("JASPER_KERNELS_SEED")) return std::strtoull(env, nullptr, 10);
+  std::random_device device;
+  return (static_cast<std::uint64_t>(device()) << 32) ^ device();
+}
+
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed) : engine_(seed) {}
+  float Uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(engine_); }
+  int Int(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(engine_); }
+  std::vector<float> Vector(std::size_t n, float scale) {
+    std::vector<float> v(n);
+    for (float& e : v) e = Uniform(-scale, scale);
+    return v;
+  }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+// How the per-utterance input lengths are drawn.
+enum class Lengths {
+  kMixed,       // full, 0, 1, in_time-1, then random in [0, in_time]
+  kFull,        // all in_time
+  kZero,        // all 0
+  kOne,         // all 1
+  kShort,       // all in_time / 2
+  kOutPadded,   // mixed inputs, but out_lengths = out_time (outputs read masked input only)
+};
+
+struct Case {
+  std::string name;
+  bool separable = true;
+  int kernel_size = 1;
+  int stride = 1;
+  int dilation = 1;
+  int padding = -1;  // -1: 'same', dilation*(K-1)/2
+  int in_channels = 8;
+  int out_channels = 8;
+  int in_time = 16;
+  int batch = 4;
+  std::vector<int> residual_channels;
+  Activation activation = Activation::kRelu;
+  bool bias = true;
+  Lengths lengths = Lengths::kMixed;
+};
+
+std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
+
+SubBlockDesc DescOf(const Case& c) {
+  SubBlockDesc d;
+  d.in_channels = c.in_channels;
+  d.out_channels = c.out_channels;
+  d.kernel_size = c.kernel_size;
+  d.stride = c.stride;
+  d.dilation = c.dilation;
+  d.padding = c.padding >= 0 ? c.padding : c.dilation * (c.kernel_size - 1) / 2;
+  d.separable = c.separable;
+  d.activation = c.activation;
+  return d;
+}
+
+std::vector<int> DrawLengths(const Case& c, Rng& rng) {
+  std::vector<int> len(c.batch);
+  for (int b = 0; b < c.batch; ++b) {
+    switch (c.lengths) {
+      case Lengths::kFull: len[b] = c.in_time; break;
+      case Lengths::kZero: len[b] = 0; break;
+      case Lengths::kOne: len[b] = std::min(1, c.in_time); break;
+      case Lengths::kShort: len[b] = c.in_time / 2; break;
+      case Lengths::kMixed:
+      case Lengths::kOutPadded: {
+        const int fixed[] = {c.in_time, 0, std::min(1, c.in_time), std::max(c.in_time - 1, 0)};
+        len[b] = b < 4 ? fixed[b] : rng.Int(0, c.in_time);
+        break;
+      }
+    }
+  }
+  return len;
+}
+
+// Fills frames [len, time) of each utterance of a [batch, time, channels] buffer with garbage.
+void Garble(std::vector<float>& v, int batch, int time, int channels, const std::vector<int>& len) {
+  for (int b = 0; b < batch; ++b) {
+    for (int t = len[b]; t < time; ++t) {
+      float* row = v.data() + (static_cast<std::size_t>(b) * time + t) * channels;
+      for (int c = 0; c < channels; ++c) row[c] = (c % 2 ? -kGarbage : kGarbage);
+    }
+  }
+}
+
+void RunCase(const Case& c) {
+  const std::uint64_t seed = FreshSeed();
+  SCOPED_TRACE(testing::Message() << "case " << c.name << ", seed " << seed
+                                  << " (replay: JASPER_KERNELS_SEED=" << seed << ")");
+  Rng rng(seed);
+  const SubBlockDesc desc = DescOf(c);
+  ASSERT_TRUE(IsValid(desc));
+  const int out_time = ConvOutputLength(desc, c.in_time);
+  const int c_in = c.in_channels;
+  const int c_out = c.out_channels;
+  const int k = c.kernel_size;
+
+  const std::vector<int> in_len = DrawLengths(c, rng);
+  std::vector<int> out_len(c.batch);
+  for (int b = 0; b < c.batch; ++b) {
+    out_len[b] = c.lengths == Lengths::kOutPadded ? out_time : ConvOutputLength(desc, in_len[b]);
+  }
+
+  std::vector<float> x = rng.Vector(static_cast<std::size_t>(c.batch) * c.in_time * c_in, 1.0f);
+  Garble(x, c.batch, c.in_time, c_in, in_len);
+  std::vector<float> depthwise;
+  std::vector<float> weight;
+  if (c.separable) {
+    depthwise = rng.Vector(static_cast<std::size_t>(k) * c_in, 1.0f / std::sqrt(float(k)));
+    weight = rng.Vector(static_cast<std::size_t>(c_in) * c_out, 1.0f / std::sqrt(float(c_in)));
+  } else {
+    weight = rng.Vector(static_cast<std::size_t>(k) * c_in * c_out,
+                        1.0f / std::sqrt(float(k * c_in)));
+  }
+  std::vector<float> bias = rng.Vector(c_out, 0.5f);
+  SubBlockWeights w;
+  w.depthwise = c.separable ? depthwise.data() : nullptr;
+  w.weight = weight.data();
+  w.bias = c.bias ? bias.data() : nullptr;
+
+  int products = k * c_in;
+  std::vector<std::vector<float>> res_x;
+  std::vector<std::vector<float>> res_w;
+  std::vector<ResidualInput> residuals;
+  for (int ch : c.residual_channels) {
+    res_x.push_back(rng.Vector(static_cast<std::size_t>(c.batch) * out_time * ch, 1.0f));
+    Garble(res_x.back(), c.batch, out_time, ch, out_len);
+    res_w.push_back(rng.Vector(static_cast<std::size_t>(ch) * c_out, 1.0f / std::sqrt(float(ch))));
+    products += ch;
+  }
+  for (std::size_t p = 0; p < c.residual_channels.size(); ++p) {
+    residuals.push_back({res_x[p].data(), res_w[p].data(), c.residual_channels[p]});
+  }
+
+  BatchGeometry g;
+  g.batch = c.batch;
+  g.in_time = c.in_time;
+  g.out_time = out_time;
+  g.in_lengths = in_len.data();
+  g.out_lengths = out_len.data();
+
+  const std::size_t y_size = static_cast<std::size_t>(c.batch) * out_time * c_out;
+  std::vector<float> y_ref(y_size, kNaN);
+  SubBlockReference(desc, w, x.data(), g, residuals.data(), static_cast<int>(residuals.size()),
+                    y_ref.data());
+  // Exactly sized (ASan catches an overrun) and poisoned (reading it before writing shows).
+  std::vector<float> workspace(FusedSubBlockWorkspaceFloats(desc), kNaN);
+  std::vector<float> y_fast(y_size, kNaN);
+  FusedSubBlockCpu(desc, w, x.data(), g, residuals.data(), static_cast<int>(residuals.size()),
+                   workspace.data(), y_fast.data());
+
+  double scale = 0.0;
+  for (float v : y_ref) {
+    ASSERT_TRUE(std::isfinite(v)) << "reference wrote a non-finite value";
+    scale = std::max(scale, std::fabs(double(v)));
+  }
+  const double tol = 1e-5 * std::sqrt(double(products)) * scale;
+  double max_err = 0.0;
+  int reported = 0;
+  for (int b = 0; b < c.batch; ++b) {
+    for (int t = 0; t < out_time; ++t) {
+      for (int o = 0; o < c_out; ++o) {
+        const std::size_t i = (static_cast<std::size_t>(b) * out_time + t) * c_out + o;
+        const float f = y_fast[i];
+        const float r = y_ref[i];
+        bool bad;
+        if (t >= out_len[b]) {
+          bad = !(r == 0.0f && f == 0.0f);  // masked frames: exactly zero
+        } else {
+          const double err = std::fabs(double(f) - double(r));
+          bad = !std::isfinite(f) || err > tol;
+          if (std::isfinite(f)) max_err = std::max(max_err, err);
+        }
+        if (bad && reported++ < 5) {
+          ADD_FAILURE() << "b=" << b << " t=" << t << " o=" << o << " out_len=" << out_len[b]
+                        << " in_len=" << in_len[b] << ": fused " << f << " vs reference " << r
+                        << " (tol " << tol << ")";
+        }
+      }
+    }
+  }
+  EXPECT_EQ(reported, 0) << reported << " bad elements; max error " << max_err << ", tol " << tol;
+}
+
+// The cross product the brief asks for: separable/dense x K x stride x dilation, with time and
+// channel sizes chosen off the tile and vector widths and a mix of the other options.
+std::vector<Case> SweepCases() {
+  std::vector<Case> cases;
+  const int kernels[] = {1, 3, 11, 33, 75};
+  const int times[] = {1, 7, 33, 130, 257};
+  const int small_channels[] = {3, 13, 40};
+  const int wide_channels[] = {13, 64, 96};
+  const std::vector<int> residual_sets[] = {{}, {13}, {7, 64, 21}};
+  int i = 0;
+  for (bool separable : {true, false}) {
+    for (int k : kernels) {
+      for (int stride : {1, 2}) {
+        for (int dilation : {1, 2}) {
+          Case c;
+          c.separable = separable;
+          c.kernel_size = k;
+          c.stride = stride;
+          c.dilation = dilation;
+          c.in_time = times[(i + k) % 5];
+          // Wide channels only where the dense reference stays cheap.
+          const bool cheap = separable || k <= 11;
+          c.in_channels = cheap ? wide_channels[i % 3] : small_channels[i % 3];
+          c.out_channels = cheap ? wide_channels[(i + 1) % 3] + 1 : small_channels[(i + 2) % 3];
+          c.batch = 4;
+          c.residual_channels = residual_sets[i % 3];
+          c.activation = i % 2 ? Activation::kIdentity : Activation::kRelu;
+          c.bias = i % 4 != 3;
+          c.name = std::string(separable ? "Sep" : "Dense") + "K" + std::to_string(k) + "S" +
+                   std::to_string(stride) + "D" + std::to_string(dilation) + "T" +
+                   std::to_string(c.in_time) + "C" + std::to_string(c.in_channels) + "x" +
+                   std::to_string(c.out_channels);
+          cases.push_back(c);
+          ++i;
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+std::vector<Case> SpecialCases() {
+  std::vector<Case> cases;
+  auto add = [&](std::string name, bool sep, int k, int s, int d, int p, int cin, int cout, int t,
+                 int batch, std::vector<int> res, Activation act, bool bias, Lengths lengths) {
+    Case c;
+    c.name = std::move(name);
+    c.separable = sep;
+    c.kernel_size = k;
+    c.stride = s;
+    c.dilation = d;
+    c.padding = p;
+    c.in_channels = cin;
+    c.out_channels = cout;
+    c.in_time = t;
+    c.batch = batch;
+    c.residual_channels = std::move(res);
+    c.activation = act;
+    c.bias = bias;
+    c.lengths = lengths;
+    cases.push_back(c);
+  };
+  const auto relu = Activation::kRelu;
+  const auto id = Activation::kIdentity;
+  // Padding other than 'same'.
+  add("SepValidPadding", true, 11, 1, 1, 0, 13, 17, 130, 4, {}, relu, true, Lengths::kMixed);
+  add("DenseValidPadding", false, 11, 1, 1, 0, 13, 17, 130, 4, {5}, relu, true, Lengths::kMixed);
+  add("SepWidePaddingS2", true, 3, 2, 1, 4, 13, 9, 33, 4, {}, id, true, Lengths::kMixed);
+  add("DenseWidePaddingD2", false, 3, 1, 2, 5, 13, 9, 33, 4, {}, relu, true, Lengths::kMixed);
+  add("DensePointwisePadded", false, 1, 1, 1, 2, 13, 9, 33, 4, {3}, relu, true, Lengths::kMixed);
+  add("DensePointwiseS2", false, 1, 2, 1, 0, 40, 24, 257, 4, {}, relu, true, Lengths::kMixed);
+  add("DensePointwiseS2Pad3", false, 1, 2, 1, 3, 13, 9, 130, 4, {}, id, true, Lengths::kMixed);
+  // QuartzNet-like prologue (K33 s2 'same') and a dilated block, real channel multiples.
+  add("SepPrologueLike", true, 33, 2, 1, -1, 64, 96, 257, 3, {}, relu, true, Lengths::kMixed);
+  add("SepDilatedK33D2", true, 33, 1, 2, -1, 96, 64, 257, 3, {96}, relu, true, Lengths::kMixed);
+  // Batch 33 with small channels, residual branches, both conv kinds.
+  add("SepBatch33", true, 33, 1, 1, -1, 3, 13, 130, 33, {3, 13, 5}, relu, true, Lengths::kMixed);
+  add("DenseBatch33", false, 11, 2, 1, -1, 13, 3, 130, 33, {13}, id, true, Lengths::kMixed);
+  add("DenseK1Batch33", false, 1, 1, 1, 0, 13, 13, 257, 33, {13, 13, 3}, relu, true,
+      Lengths::kMixed);
+  // Batch 1 with full, short, 1 and 0 lengths; T = 1.
+  add("SepBatch1Full", true, 11, 1, 1, -1, 64, 64, 130, 1, {64}, relu, true, Lengths::kFull);
+  add("SepBatch1Short", true, 75, 1, 1, -1, 13, 13, 257, 1, {}, relu, true, Lengths::kShort);
+  add("DenseBatch1One", false, 3, 1, 1, -1, 13, 13, 7, 1, {13}, relu, true, Lengths::kOne);
+  add("SepBatch1Zero", true, 3, 1, 1, -1, 13, 13, 7, 1, {13}, relu, true, Lengths::kZero);
+  add("DenseBatch1Zero", false, 3, 2, 1, -1, 13, 13, 7, 1, {}, id, false, Lengths::kZero);
+  add("SepT1", true, 75, 1, 1, -1, 13, 13, 1, 2, {13}, relu, true, Lengths::kFull);
+  add("DenseT1", false, 75, 1, 1, -1, 3, 5, 1, 2, {}, relu, true, Lengths::kFull);
+  // No bias, no activation, no residual: the epilogue does nothing.
+  add("SepBare", true, 11, 1, 1, -1, 96, 40, 130, 4, {}, id, false, Lengths::kMixed);
+  add("DenseBare", false, 3, 1, 1, -1, 40, 13, 130, 4, {}, id, false, Lengths::kMixed);
+  add("DenseK1Bare", false, 1, 1, 1, 0, 40, 13, 130, 4, {}, id, false, Lengths::kFull);
+  // Output lengths longer than the input supports: valid frames that read masked input only.
+  add("SepOutPadded", true, 11, 1, 1, -1, 13, 13, 33, 4, {13}, relu, true, Lengths::kOutPadded);
+  add("DenseOutPadded", false, 3, 1, 1, -1, 13, 13, 33, 4, {}, relu, true, Lengths::kOutPadded);
+  add("DenseK1OutPadded", false, 1, 1, 1, 0, 13, 13, 33, 4, {}, id, true, Lengths::kOutPadded);
+  return cases;
+}
+
+class SubBlockSweepTest : public testing::TestWithParam<Case> {};
+TEST_P(SubBlockSweepTest, FusedMatchesReference) { RunCase(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Sweep, SubBlockSweepTest, testing::ValuesIn(SweepCases()),
+                         [](const testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+class SubBlockSpecialTest : public testing::TestWithParam<Case> {};
+TEST_P(SubBlockSpecialTest, FusedMatchesReference) { RunCase(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Special, SubBlockSpecialTest, testing::ValuesIn(SpecialCases()),
+                         [](const testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// The reference itself, on a case small enough to check by hand: K=3 same padding, one channel.
+TEST(SubBlockReferenceTest, HandComputedDenseAndSeparable) {
+  SubBlockDesc d;
+  d.in_channels = 1;
+  d.out_channels = 1;
+  d.kernel_size = 3;
+  d.padding = 1;
+  d.activation = Activation::kIdentity;
+  const float x[] = {1, 2, 3, 100};  // frame 3 is masked
+  const int in_len = 3;
+  const int out_len = 3;
+  BatchGeometry g{1, 4, 4, &in_len, &out_len};
+  const float dense_w[] = {1, 10, 100};  // [K, 1, 1]
+  const float bias = 0.5f;
+  float y[4];
+  SubBlockReference(d, {nullptr, dense_w, &bias}, x, g, nullptr, 0, y);
+  // y[t] = x[t-1] + 10 x[t] + 100 x[t+1] + 0.5, x masked to 0 outside [0, 3).
+  EXPECT_FLOAT_EQ(y[0], 0 + 10 + 200 + 0.5f);
+  EXPECT_FLOAT_EQ(y[1], 1 + 20 + 300 + 0.5f);
+  EXPECT_FLOAT_EQ(y[2], 2 + 30 + 0 + 0.5f);
+  EXPECT_EQ(y[3], 0.0f);
+
+  d.separable = true;
+  const float pointwise = -2.0f;  // [1, 1]
+  const float res_x[] = {1, 1, 1, 1e6f};
+  const float res_w = 3.0f;
+  const ResidualInput res{res_x, &res_w, 1};
+  d.activation = Activation::kRelu;
+  SubBlockReference(d, {dense_w, &pointwise, nullptr}, x, g, &res, 1, y);
+  EXPECT_FLOAT_EQ(y[0], 0.0f);  // relu(-2 * 210 + 3)
+  EXPECT_FLOAT_EQ(y[2], 0.0f);
+  d.activation = Activation::kIdentity;
+  SubBlockReference(d, {dense_w, &pointwise, nullptr}, x, g, &res, 1, y);
+  EXPECT_FLOAT_EQ(y[0], -2 * 210.0f + 3);
+  EXPECT_FLOAT_EQ(y[1], -2 * 321.0f + 3);
+  EXPECT_FLOAT_EQ(y[2], -2 * 32.0f + 3);
+  EXPECT_EQ(y[3], 0.0f);
+}
+
+TEST(ConvOutputLengthTest, MatchesTorchFormula) {
+  for (int k = 1; k <= 9; ++k) {
+    for (int s = 1; s <= 3; ++s) {
+      for (int d = 1; d <= 3; ++d) {
+        for (int p = 0; p <= 6; ++p) {
+          SubBlockDesc desc;
+          desc.in_channels = desc.out_channels = 1;
+          desc.kernel_size = k;
+          desc.stride = s;
+          desc.dilation = d;
+          desc.padding = p;
+          for (int len = 0; len <= 40; ++len) {
+            const double torch = std::floor(double(len + 2 * p - d * (k - 1) - 1) / s) + 1;
+            ASSERT_EQ(ConvOutputLength(desc, len), std::max(0, int(torch)))
+                << "K=" << k << " s=" << s << " d=" << d << " p=" << p << " L=" << len;
+          }
+        }
+      }
+    }
+  }
+  // QuartzNet prologue: K33, stride 2, padding 16 gives ceil(L / 2).
+  SubBlockDesc qn;
+  qn.in_channels = qn.out_channels = 1;
+  qn.kernel_size = 33;
+  qn.stride = 2;
+  qn.padding = 16;
+  for (int len = 0; len < 100; ++len) EXPECT_EQ(ConvOutputLength(qn, len), (len + 1) / 2);
+}
+
+TEST(IsValidTest, RejectsBadDescriptors) {
+  SubBlockDesc d;
+  d.in_channels = d.out_channels = 4;
+  EXPECT_TRUE(IsValid(d));
+  auto with = [&](auto mutate) {
+    SubBlockDesc copy = d;
+    mutate(copy);
+    return IsValid(copy);
+  };
+  EXPECT_FALSE(with([](SubBlockDesc& c) { c.in_channels = 0; }));
+  EXPECT_FALSE(with([](SubBlockDesc& c) { c.out_channels = -1; }));
+  EXPECT_FALSE(with([](SubBlockDesc& c) { c.kernel_size = 0; }));
+  EXPECT_FALSE(with([](SubBlockDesc& c) { c.stride = 0; }));
+  EXPECT_FALSE(with([](SubBlockDesc& c) { c.dilation = 0; }));
+  EXPECT_FALSE(with([](SubBlockDesc& c) { c.padding = -1; }));
+  EXPECT_TRUE(with([](SubBlockDesc& c) { c.separable = true; c.kernel_size = 87; c.dilation = 2; }));
+}
+
+TEST(WorkspaceTest, IndependentOfGeometryAndBounded) {
+  // The engine sizes the workspace once per model from the descriptor alone; check real shapes
+  // stay within a few MiB.
+  SubBlockDesc qn;
+  qn.in_channels = qn.out_channels = 512;
+  qn.kernel_size = 87;
+  qn.dilation = 2;
+  qn.separable = true;
+  EXPECT_LT(FusedSubBlockWorkspaceFloats(qn), std::size_t{4} << 20);
+  SubBlockDesc jasper;
+  jasper.in_channels = 896;
+  jasper.out_channels = 1024;
+  jasper.kernel_size = 29;
+  jasper.dilation = 2;
+  EXPECT_LT(FusedSubBlockWorkspaceFloats(jasper), std::size_t{4} << 20);
+}
+
+// Direct log-softmax in long double, without the max shift (the logits are kept modest).
+void CheckHead(const std::vector<float>& logits, int batch, int time, int vocab,
+               const std::vector<int>& lengths, const std::vector<float>& log_probs,
+               const std::vector<int>& ids, const std::vector<float>& best) {
+  for (int b = 0; b < batch; ++b) {
+    for (int t = 0; t < time; ++t) {
+      const std::size_t frame = static_cast<std::size_t>(b) * time + t;
+      const float* in = logits.data() + frame * vocab;
+      const float* out = log_probs.data() + frame * vocab;
+      if (t >= lengths[b]) {
+        EXPECT_EQ(ids[frame], -1);
+        EXPECT_EQ(best[frame], 0.0f);
+        for (int v = 0; v < vocab; ++v) ASSERT_EQ(out[v], 0.0f) << "b=" << b << " t=" << t;
+        continue;
+      }
+      long double sum = 0;
+      for (int v = 0; v < vocab; ++v) sum += std::exp(static_cast<long double>(in[v]));
+      const long double lse = std::log(sum);
+      int arg = 0;
+      for (int v = 1; v < vocab; ++v) arg = in[v] > in[arg] ? v : arg;
+      for (int v = 0; v < vocab; ++v) {
+        ASSERT_NEAR(out[v], static_cast<double>(in[v] - lse), 1e-5) << "b=" << b << " t=" << t;
+      }
+      EXPECT_EQ(ids[frame], arg) << "b=" << b << " t=" << t;
+      EXPECT_NEAR(best[frame], static_cast<double>(in[arg] - lse), 1e-5);
+    }
+  }
+}
+
+TEST(LogSoftmaxArgmaxTest, MatchesDirectComputation) {
+  const std::uint64_t seed = FreshSeed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  Rng rng(seed);
+  for (int vocab : {1, 29, 1025}) {
+    const int batch = 3;
+    const int time = 9;
+    const std::vector<int> lengths = {9, 0, 4};
+    std::vector<float> logits = rng.Vector(static_cast<std::size_t>(batch) * time * vocab, 8.0f);
+    // A tie (the first maximum wins, as torch.argmax) in frame (0, 1).
+    if (vocab > 3) {
+      float* f = logits.data() + vocab;
+      f[1] = f[3] = 50.0f;
+    }
+    std::vector<float> log_probs(logits.size(), kNaN);
+    std::vector<int> ids(batch * time, 12345);
+    std::vector<float> best(batch * time, kNaN);
+    LogSoftmaxArgmax(logits.data(), batch, time, vocab, lengths.data(), log_probs.data(),
+                     ids.data(), best.data());
+    CheckHead(logits, batch, time, vocab, lengths, log_probs, ids, best);
+    if (vocab > 3) {
+      EXPECT_EQ(ids[1], 1);
+    }
+
+    // In place (log_probs aliasing logits) gives the same bits.
+    std::vector<float> in_place = logits;
+    std::vector<int> ids2(batch * time, 12345);
+    std::vector<float> best2(batch * time, kNaN);
+    LogSoftmaxArgmax(in_place.data(), batch, time, vocab, lengths.data(), in_place.data(),
+                     ids2.data(), best2.data());
+    EXPECT_EQ(in_place, log_probs);
+    EXPECT_EQ(ids2, ids);
+    EXPECT_EQ(best2, best);
+  }
+}
+
+TEST(LogSoftmaxArgmaxTest, StableForLargeLogits) {
+  // exp(1e4) overflows even in double: the kernel must shift by the max.
+  const int vocab = 5;
+  const std::vector<float> logits = {1e4f, 1e4f - 1, 1e4f - 2, -1e4f, 1e4f - 0.5f};
+  const int length = 1;
+  std::vector<float> log_probs(vocab, kNaN);
+  int id = -7;
+  float best = kNaN;
+  LogSoftmaxArgmax(logits.data(), 1, 1, vocab, &length, log_probs.data(), &id, &best);
+  const double lse = std::log(1 + std::exp(-1.0) + std::exp(-2.0) + std::exp(-0.5));
+  EXPECT_EQ(id, 0);
+  EXPECT_NEAR(best, -lse, 1e-6);
+  EXPECT_NEAR(log_probs[1], -1 - lse, 1e-6);
+  EXPECT_NEAR(log_probs[3], -2e4 - lse, 1e-2);
+  for (float v : log_probs) EXPECT_TRUE(std::isfinite(v));
+}
+
+}  // namespace
+}  // namespace jasper::kernels
