@@ -2,6 +2,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cpu_backend.h"
+#ifdef JASPER_HAVE_CUDA
+#include <iostream>
+
+#include "engine/cuda_backend.h"
+#include "kernels/cuda/sub_block_cuda.h"
+#endif
 
 namespace jasper {
 
@@ -29,7 +35,9 @@ absl::Status BackendOptions::Validate() const {
   return absl::OkStatus();
 }
 
-#ifndef JASPER_HAVE_CUDA
+#ifdef JASPER_HAVE_CUDA
+bool CudaAvailable() { return kernels::cuda::CudaDeviceCount() > 0; }
+#else
 bool CudaAvailable() { return false; }
 #endif
 
@@ -39,10 +47,24 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(std::shared_ptr<const Mod
   if (absl::Status status = options.Validate(); !status.ok()) return status;
   switch (options.device) {
     case Device::kCuda:
-      // The CUDA backend is added by the CUDA build; until then a clear error.
+#ifdef JASPER_HAVE_CUDA
+      return CreateCudaBackend(std::move(model), options);
+#else
       return absl::FailedPreconditionError(
           "device 'cuda' requested but this build has no CUDA backend; use --device=cpu");
+#endif
     case Device::kAuto:
+#ifdef JASPER_HAVE_CUDA
+      if (CudaAvailable()) {
+        auto cuda = CreateCudaBackend(model, options);
+        if (cuda.ok()) return cuda;
+        std::cerr << "jasper: CUDA backend unavailable (" << cuda.status().message()
+                  << "); using the CPU backend\n";
+      } else {
+        std::cerr << "jasper: no CUDA GPU found; using the CPU backend\n";
+      }
+#endif
+      break;
     case Device::kCpu:
       break;
   }

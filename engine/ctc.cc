@@ -1,5 +1,6 @@
 #include "engine/ctc.h"
 
+#include <cctype>
 #include <cmath>
 
 namespace jasper {
@@ -21,7 +22,12 @@ std::string TokensToText(absl::Span<const CtcToken> tokens,
                          const std::vector<std::string>& labels) {
   std::string text;
   for (const CtcToken& token : tokens) {
-    if (token.id >= 0 && token.id < static_cast<int>(labels.size())) text += labels[token.id];
+    if (token.id < 0 || token.id >= static_cast<int>(labels.size())) continue;
+    const std::string& label = labels[token.id];
+    const bool punctuation =
+        label.size() == 1 && std::ispunct(static_cast<unsigned char>(label[0])) != 0;
+    if (punctuation && !text.empty() && text.back() == ' ') text.pop_back();
+    text += label;
   }
   return text;
 }

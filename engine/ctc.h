@@ -43,7 +43,8 @@ struct WordInfo {
   float confidence = 0.0f;  // geometric mean of the word's token probabilities, in [0, 1]
 };
 
-// Concatenated labels of the tokens.
+// Concatenated labels of the tokens, post-processed as NeMo's CTCDecoding does: one whitespace
+// before a punctuation label (a one-character ASCII punctuation label, e.g. "'") is removed.
 std::string TokensToText(absl::Span<const CtcToken> tokens, const std::vector<std::string>& labels);
 
 // Splits tokens into words at labels equal to " ". A word starts at its first token's frame and

@@ -82,12 +82,21 @@ std::vector<double> Linspace(double start, double stop, int num) {
   return y;
 }
 
-// torch.hann_window(n, periodic=False): 0.5 - 0.5*cos(2*pi*i/(n-1)); [1] for n == 1.
-std::vector<double> SymmetricHann(int n) {
-  std::vector<double> w(n, 1.0);
+// torch.hann_window(n, periodic=False) = 0.5 - 0.5*cos(2*pi*i/(n-1)), [1] for n == 1, with
+// torch's float32 arithmetic (ATen hamming_window: arange(n).mul_(2*pi/(n-1)).cos_().mul_(-0.5)
+// .add_(0.5), each step rounded to float). A correctly rounded double formula differs from
+// torch's buffer in most entries by up to 1.5e-7, which moves low-energy log-mel bins by ~2e-5;
+// this emulation leaves only the rare 1-ulp differences of torch's vectorised cosf.
+std::vector<float> TorchHannWindow(int n) {
+  std::vector<float> w(n, 1.0f);
   if (n == 1) return w;
-  const double two_pi = 6.283185307179586476925286766559;
-  for (int i = 0; i < n; ++i) w[i] = 0.5 - 0.5 * std::cos(two_pi * i / (n - 1));
+  const float scale = static_cast<float>(6.283185307179586476925286766559 / (n - 1));
+  for (int i = 0; i < n; ++i) {
+    const float angle = static_cast<float>(i) * scale;
+    const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
+    const float scaled = c * -0.5f;
+    w[i] = scaled + 0.5f;
+  }
   return w;
 }
 
@@ -103,8 +112,7 @@ std::vector<float> SlaneyMelFilterbank(int sample_rate, int n_fft, int n_mels, d
   for (int k = 0; k < bins; ++k) fftfreqs[k] = static_cast<double>(k) * val;
 
   // librosa.mel_frequencies(n_mels + 2, fmin, fmax, htk=False).
-  std::vector<double> mel_f =
-      Linspace(HzToMelSlaney(fmin_hz), HzToMelSlaney(fmax_hz), n_mels + 2);
+  std::vector<double> mel_f = Linspace(HzToMelSlaney(fmin_hz), HzToMelSlaney(fmax_hz), n_mels + 2);
   for (double& m : mel_f) m = MelToHzSlaney(m);
 
   std::vector<float> weights(static_cast<size_t>(n_mels) * bins);
@@ -138,9 +146,8 @@ absl::StatusOr<Featurizer> Featurizer::Create(const FeaturizerConfig& config,
     return absl::InvalidArgumentError(absl::StrCat("featurizer: sample_rate ", c.sample_rate));
   }
   if (f.win_length_ <= 0 || f.hop_length_ <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("featurizer: window ", f.win_length_,
-                                                   " / hop ", f.hop_length_,
-                                                   " samples must be positive"));
+    return absl::InvalidArgumentError(absl::StrCat("featurizer: window ", f.win_length_, " / hop ",
+                                                   f.hop_length_, " samples must be positive"));
   }
   if (c.n_fft == 0) {  // NeMo: n_fft or 2 ** ceil(log2(win_length))
     int n = 1;
@@ -148,9 +155,9 @@ absl::StatusOr<Featurizer> Featurizer::Create(const FeaturizerConfig& config,
     c.n_fft = n;
   }
   if (c.n_fft < f.win_length_ || c.n_fft > RealFft::kMaxSize) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "featurizer: n_fft ", c.n_fft, " must be >= win_length ", f.win_length_, " and <= ",
-        RealFft::kMaxSize));
+    return absl::InvalidArgumentError(absl::StrCat("featurizer: n_fft ", c.n_fft,
+                                                   " must be >= win_length ", f.win_length_,
+                                                   " and <= ", RealFft::kMaxSize));
   }
   if (c.features <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("featurizer: features ", c.features));
@@ -176,26 +183,25 @@ absl::StatusOr<Featurizer> Featurizer::Create(const FeaturizerConfig& config,
   }
   const double highfreq = c.highfreq_hz > 0.0 ? c.highfreq_hz : c.sample_rate / 2.0;
   if (!(c.lowfreq_hz >= 0.0) || !(c.lowfreq_hz < highfreq)) {
-    return absl::InvalidArgumentError(absl::StrCat("featurizer: need 0 <= lowfreq (",
-                                                   c.lowfreq_hz, ") < highfreq (", highfreq,
-                                                   ")"));
+    return absl::InvalidArgumentError(absl::StrCat("featurizer: need 0 <= lowfreq (", c.lowfreq_hz,
+                                                   ") < highfreq (", highfreq, ")"));
   }
 
   const int bins = c.n_fft / 2 + 1;
   const size_t fb_size = static_cast<size_t>(c.features) * bins;
   if (!filterbank.empty()) {
     if (filterbank.size() != fb_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("featurizer: filterbank has ", filterbank.size(), " values, expected ",
-                       c.features, " x ", bins, " = ", fb_size));
+      return absl::InvalidArgumentError(absl::StrCat("featurizer: filterbank has ",
+                                                     filterbank.size(), " values, expected ",
+                                                     c.features, " x ", bins, " = ", fb_size));
     }
     for (float v : filterbank) {
       if (!std::isfinite(v)) return absl::InvalidArgumentError("featurizer: non-finite filterbank");
     }
     f.filterbank_ = filterbank;
   } else {
-    f.filterbank_ = SlaneyMelFilterbank(c.sample_rate, c.n_fft, c.features, c.lowfreq_hz,
-                                        highfreq, c.mel_norm == "slaney");
+    f.filterbank_ = SlaneyMelFilterbank(c.sample_rate, c.n_fft, c.features, c.lowfreq_hz, highfreq,
+                                        c.mel_norm == "slaney");
   }
   f.fb_support_.resize(c.features);
   for (int m = 0; m < c.features; ++m) {
@@ -208,9 +214,9 @@ absl::StatusOr<Featurizer> Featurizer::Create(const FeaturizerConfig& config,
   }
 
   f.window_.assign(c.n_fft, 0.0f);
-  const std::vector<double> hann = SymmetricHann(f.win_length_);
+  const std::vector<float> hann = TorchHannWindow(f.win_length_);
   const int left = (c.n_fft - f.win_length_) / 2;  // torch.stft's centring of a short window
-  for (int i = 0; i < f.win_length_; ++i) f.window_[left + i] = static_cast<float>(hann[i]);
+  std::copy(hann.begin(), hann.end(), f.window_.begin() + left);
 
   absl::StatusOr<RealFft> fft = RealFft::Create(c.n_fft);
   if (!fft.ok()) return fft.status();
@@ -220,8 +226,8 @@ absl::StatusOr<Featurizer> Featurizer::Create(const FeaturizerConfig& config,
 
 int Featurizer::StftFrames(int num_samples) const {
   const int64_t n_fft = config_.n_fft;
-  return static_cast<int>(
-      1 + FloorDiv(int64_t{num_samples} + 2 * (n_fft / 2) - n_fft, hop_length_));
+  return static_cast<int>(1 +
+                          FloorDiv(int64_t{num_samples} + 2 * (n_fft / 2) - n_fft, hop_length_));
 }
 
 int Featurizer::ValidFrames(int num_samples) const {
@@ -244,21 +250,20 @@ absl::StatusOr<int> Featurizer::CheckInput(absl::Span<const float> samples, int 
   const int pad = config_.n_fft / 2;
   if (config_.stft_mode == StftMode::kLegacy && length <= pad) {
     // torch.stft's reflect padding needs the signal to be longer than the pad.
-    return absl::InvalidArgumentError(absl::StrCat(
-        "featurizer: audio too short: ", length, " samples; reflect padding (legacy NeMo STFT) "
-        "needs more than n_fft/2 = ", pad));
+    return absl::InvalidArgumentError(absl::StrCat("featurizer: audio too short: ", length,
+                                                   " samples; reflect padding (legacy NeMo STFT) "
+                                                   "needs more than n_fft/2 = ",
+                                                   pad));
   }
   const int valid = ValidFrames(length);
   if (valid < min_valid) {
     return absl::InvalidArgumentError(absl::StrCat(
         "featurizer: audio too short: ", length, " samples give ", valid, " valid frame(s), ",
-        min_valid == 2 ? "per_feature normalisation needs at least 2"
-                       : "need at least 1"));
+        min_valid == 2 ? "per_feature normalisation needs at least 2" : "need at least 1"));
   }
   for (int i = 0; i < length; ++i) {
     if (!std::isfinite(samples[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("featurizer: sample ", i, " is not finite"));
+      return absl::InvalidArgumentError(absl::StrCat("featurizer: sample ", i, " is not finite"));
     }
   }
   return valid;
@@ -365,8 +370,7 @@ absl::StatusOr<Features> Featurizer::Compute(absl::Span<const float> samples) co
   result.num_features = features;
   result.valid_frames = n;
   result.padded_frames = padded;
-  result.data.assign(static_cast<size_t>(padded) * features,
-                     static_cast<float>(config_.pad_value));
+  result.data.assign(static_cast<size_t>(padded) * features, static_cast<float>(config_.pad_value));
   for (size_t i = 0; i < logmel.size(); ++i) result.data[i] = static_cast<float>(logmel[i]);
   return result;
 }

@@ -4,8 +4,11 @@
 // per-feature normalisation over valid frames (unbiased std + 1e-5), zero past the valid
 // length, pad to a multiple of pad_to.
 //
-// Output layout: channels-last [frames, features] FP32, host memory.
-// Thread-safety: immutable after Create(); Compute() is const and reentrant.
+// Output layout: channels-last [frames, features] FP32, host memory. The arithmetic after the
+// (float32, like torch) pre-emphasis is double; results match torch.stft-based references to
+// ~2e-6 and NeMo's own float32 run to ~2e-5 (tests/features_test.cc).
+// Thread-safety: immutable after Create(); Compute() is const and reentrant. Copies share the
+// immutable FFT tables.
 #ifndef JASPER_ENGINE_FEATURES_H_
 #define JASPER_ENGINE_FEATURES_H_
 
@@ -30,7 +33,10 @@ struct Features {
 class Featurizer {
  public:
   // `filterbank` ([features, n_fft/2+1], e.g. from the checkpoint) is used when non-empty;
-  // otherwise the Slaney filterbank is computed as librosa.filters.mel does.
+  // otherwise the Slaney filterbank is computed as librosa.filters.mel does. n_fft == 0 is
+  // resolved to NeMo's default (next power of two >= win_length); config() reports it.
+  // Errors (InvalidArgument): config.Validate() failures, n_fft < win_length, a window other than
+  // "hann", unknown normalize/mel_norm, a filterbank of the wrong size or with non-finite values.
   static absl::StatusOr<Featurizer> Create(const FeaturizerConfig& config,
                                            const std::vector<float>& filterbank = {});
 
@@ -38,11 +44,15 @@ class Featurizer {
   int ValidFrames(int num_samples) const;
 
   // samples: mono audio at config.sample_rate, float in [-1, 1].
-  // Errors: empty input, too short to give 2 valid frames when normalizing.
+  // padded_frames = the STFT frame count 1 + L/hop rounded up to a multiple of pad_to (as NeMo:
+  // in kNemo25 mode the last STFT frame is beyond seq_len and holds pad_value).
+  // Errors (InvalidArgument, message says "audio too short" where relevant): empty input;
+  // kLegacy and L <= n_fft/2 (torch's reflect padding needs L > pad); fewer than 2 valid frames
+  // with per_feature normalisation (fewer than 1 without); a non-finite sample.
   absl::StatusOr<Features> Compute(absl::Span<const float> samples) const;
 
-  // Log-mel without normalisation or pad_to ([valid_frames, features]); streaming normalises
-  // each window itself.
+  // Log-mel without normalisation or pad_to ([valid_frames, features], padded_frames ==
+  // valid_frames); streaming normalises each window itself. Errors as Compute, needing 1 frame.
   absl::StatusOr<Features> ComputeUnnormalized(absl::Span<const float> samples) const;
 
   const FeaturizerConfig& config() const { return config_; }
@@ -58,12 +68,12 @@ class Featurizer {
   // Number of frames torch.stft(center=True) yields: 1 + (L + 2*(n_fft/2) - n_fft) / hop.
   int StftFrames(int num_samples) const;
 
-  FeaturizerConfig config_;        // n_fft resolved (never 0)
-  std::vector<float> filterbank_;  // [features, n_fft/2+1]
-  std::vector<float> window_;      // [n_fft], Hann of win_length centred, zeros elsewhere
-  int win_length_ = 0;             // samples
-  int hop_length_ = 0;             // samples
-  std::shared_ptr<const RealFft> fft_;       // size n_fft; immutable, shared by copies
+  FeaturizerConfig config_;             // n_fft resolved (never 0)
+  std::vector<float> filterbank_;       // [features, n_fft/2+1]
+  std::vector<float> window_;           // [n_fft], Hann of win_length centred, zeros elsewhere
+  int win_length_ = 0;                  // samples
+  int hop_length_ = 0;                  // samples
+  std::shared_ptr<const RealFft> fft_;  // size n_fft; immutable, shared by copies
   std::vector<std::pair<int, int>> fb_support_;  // per mel row: [first, last+1) nonzero bin
 };
 

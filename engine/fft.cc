@@ -23,8 +23,7 @@ std::complex<double> Twiddle(int64_t k, int64_t n) {
 }
 
 [[noreturn]] void Fail(const char* what, size_t got, size_t want) {
-  std::fprintf(stderr, "RealFft::Transform: %s has %zu elements, expected %zu\n", what, got,
-               want);
+  std::fprintf(stderr, "RealFft::Transform: %s has %zu elements, expected %zu\n", what, got, want);
   std::abort();
 }
 

@@ -12,11 +12,10 @@
 #include "engine/model.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 #include <system_error>
-#include <filesystem>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -31,8 +30,8 @@ namespace {
 // NeMo's JasperBlock BatchNorm1d eps (jasper.py), not PyTorch's 1e-5 default.
 constexpr double kBatchNormEps = 1e-3;
 
-#define JASPER_ASSIGN_OR_RETURN(lhs, expr) \
-  auto lhs##_or = (expr);                  \
+#define JASPER_ASSIGN_OR_RETURN(lhs, expr)      \
+  auto lhs##_or = (expr);                       \
   if (!lhs##_or.ok()) return lhs##_or.status(); \
   auto lhs = std::move(lhs##_or).value()
 
@@ -106,8 +105,8 @@ absl::StatusOr<BatchNorm> TakeBatchNorm(TensorSource& source, const std::string&
   bn.shift.resize(channels);
   for (int o = 0; o < channels; ++o) {
     if (var[o] < 0.0f) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor ", prefix, ".running_var holds ",
-                                                     var[o], " < 0 at index ", o));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", prefix, ".running_var holds ", var[o], " < 0 at index ", o));
     }
     const double s = static_cast<double>(gamma[o]) / std::sqrt(var[o] + kBatchNormEps);
     bn.scale[o] = s;
@@ -117,8 +116,8 @@ absl::StatusOr<BatchNorm> TakeBatchNorm(TensorSource& source, const std::string&
 }
 
 // W [C_out, C_in, K] (PyTorch Conv1d) scaled by s_o -> [K, C_in, C_out].
-std::vector<float> FoldDense(const std::vector<float>& w, const BatchNorm& bn, int c_out,
-                             int c_in, int k) {
+std::vector<float> FoldDense(const std::vector<float>& w, const BatchNorm& bn, int c_out, int c_in,
+                             int k) {
   std::vector<float> out(static_cast<std::size_t>(k) * c_in * c_out);
   for (int o = 0; o < c_out; ++o) {
     for (int c = 0; c < c_in; ++c) {
@@ -162,8 +161,8 @@ absl::StatusOr<FoldedBlock> LoadBlock(TensorSource& source, const ModelConfig& c
     const std::string mconv = absl::StrCat(prefix, ".mconv.");
     BatchNorm bn;
     if (block.separable) {
-      JASPER_ASSIGN_OR_RETURN(
-          dw, source.Take(absl::StrCat(mconv, base, ".conv.weight"), {c_in, 1, k}));
+      JASPER_ASSIGN_OR_RETURN(dw,
+                              source.Take(absl::StrCat(mconv, base, ".conv.weight"), {c_in, 1, k}));
       JASPER_ASSIGN_OR_RETURN(
           pw, source.Take(absl::StrCat(mconv, base + 1, ".conv.weight"), {c_out, c_in, 1}));
       JASPER_ASSIGN_OR_RETURN(bn_or, TakeBatchNorm(source, absl::StrCat(mconv, base + 2), c_out));
@@ -202,9 +201,9 @@ absl::StatusOr<FoldedBlock> LoadBlock(TensorSource& source, const ModelConfig& c
       // A further pane in the file means the config and checkpoint disagree on the layout.
       const std::string extra = absl::StrCat(prefix, ".res.", sources.size(), ".0.conv.weight");
       if (source.Has(extra)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "unexpected tensor ", extra, " (block ", b, " has ", sources.size(),
-            " residual pane(s); check residual_dense in model.json)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("unexpected tensor ", extra, " (block ", b, " has ", sources.size(),
+                         " residual pane(s); check residual_dense in model.json)"));
       }
     }
     sub.bias.assign(bias.begin(), bias.end());
@@ -228,12 +227,17 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   if (!std::filesystem::is_regular_file(status)) {
     return absl::InvalidArgumentError(absl::StrCat("not a regular file: ", path));
   }
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat("cannot stat ", path, ": ", ec.message()));
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path));
-  return text.str();
+  std::string bytes(static_cast<std::size_t>(size), '\0');  // one copy, even for GB checkpoints
+  in.read(bytes.data(), static_cast<std::streamsize>(size));
+  if (static_cast<std::uintmax_t>(in.gcount()) != size) {
+    return absl::DataLossError(
+        absl::StrCat("error reading ", path, " (read ", in.gcount(), " of ", size, " bytes)"));
+  }
+  return bytes;
 }
 
 absl::Status WithPrefix(const absl::Status& status, const std::string& prefix) {

@@ -34,7 +34,7 @@ struct FeaturizerConfig {
   std::string window = "hann";    // only "hann" (symmetric, torch periodic=False) is supported
   double preemph = 0.97;          // 0 disables pre-emphasis
   double lowfreq_hz = 0.0;
-  double highfreq_hz = 0.0;       // 0 (null in JSON) -> sample_rate / 2
+  double highfreq_hz = 0.0;                             // 0 (null in JSON) -> sample_rate / 2
   double log_zero_guard_value = 5.960464477539063e-08;  // 2^-24, added before the log
   bool log = true;
   double mag_power = 2.0;
@@ -77,7 +77,8 @@ struct ModelConfig {
 
   int blank_id() const { return static_cast<int>(labels.size()); }
   int num_outputs() const { return static_cast<int>(labels.size()) + 1; }
-  // Product of block strides (2 for QuartzNet/Jasper).
+  // Total time subsampling: the product over blocks of stride^repeat, since NeMo strides every
+  // sub-block of a block (2 for QuartzNet/Jasper, whose strided blocks have repeat 1).
   int subsampling_factor() const;
   absl::Status Validate() const;
 };

@@ -37,9 +37,9 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kDTypes[] = {
-    {DType::kF32, "F32", 4}, {DType::kF16, "F16", 2}, {DType::kBF16, "BF16", 2},
-    {DType::kF64, "F64", 8}, {DType::kI64, "I64", 8}, {DType::kI32, "I32", 4},
-    {DType::kI16, "I16", 2}, {DType::kI8, "I8", 1},   {DType::kU8, "U8", 1},
+    {DType::kF32, "F32", 4},   {DType::kF16, "F16", 2}, {DType::kBF16, "BF16", 2},
+    {DType::kF64, "F64", 8},   {DType::kI64, "I64", 8}, {DType::kI32, "I32", 4},
+    {DType::kI16, "I16", 2},   {DType::kI8, "I8", 1},   {DType::kU8, "U8", 1},
     {DType::kBool, "BOOL", 1},
 };
 
@@ -101,6 +101,14 @@ bool GetUint64(const json& value, uint64_t* out) {
   return false;
 }
 
+// A scalar JSON value for an error message; arrays and objects by type only (dump() recurses,
+// and a hostile header may nest deeply).
+std::string Describe(const json& value) {
+  if (value.is_structured()) return value.is_array() ? "(an array)" : "(an object)";
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  return text.size() > 40 ? "(a long value)" : text;
+}
+
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
 }
@@ -139,7 +147,7 @@ absl::Status ParseEntry(const std::string& name, const json& entry, uint64_t dat
   for (const json& dim : *shape_it) {
     uint64_t d = 0;
     if (!GetUint64(dim, &d) || d > kMaxElements) {
-      return error(absl::StrCat("shape entry ", dim.dump(), " is not a non-negative integer"));
+      return error(absl::StrCat("shape entry ", Describe(dim), " is not a non-negative integer"));
     }
     view->shape.push_back(static_cast<int64_t>(d));
     if (d != 0 && elements > kMaxElements / d) {
@@ -157,8 +165,8 @@ absl::Status ParseEntry(const std::string& name, const json& entry, uint64_t dat
   uint64_t begin = 0;
   uint64_t end = 0;
   if (!GetUint64((*offsets_it)[0], &begin) || !GetUint64((*offsets_it)[1], &end)) {
-    return error(absl::StrCat("data_offsets ", offsets_it->dump(),
-                              " are not non-negative integers"));
+    return error(absl::StrCat("data_offsets [", Describe((*offsets_it)[0]), ", ",
+                              Describe((*offsets_it)[1]), "] are not non-negative integers"));
   }
   if (begin > end) {
     return error(absl::StrCat("data_offsets [", begin, ", ", end, "]: begin > end"));
@@ -168,9 +176,9 @@ absl::Status ParseEntry(const std::string& name, const json& entry, uint64_t dat
                               data_size, "-byte data section (truncated file?)"));
   }
   if (end - begin != expected_bytes) {
-    return error(absl::StrCat("size mismatch: shape ", ShapeString(view->shape), " of ",
-                              dtype_name, " needs ", expected_bytes, " bytes, data_offsets [",
-                              begin, ", ", end, "] hold ", end - begin));
+    return error(absl::StrCat("size mismatch: shape ", ShapeString(view->shape), " of ", dtype_name,
+                              " needs ", expected_bytes, " bytes, data_offsets [", begin, ", ", end,
+                              "] hold ", end - begin));
   }
   view->data = data + begin;
   view->num_bytes = static_cast<std::size_t>(end - begin);
@@ -211,15 +219,16 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes) {
   const std::string& all = *file.bytes_;
   const uint64_t file_size = all.size();
   if (file_size < 8) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "safetensors: file is ", file_size, " bytes, shorter than the 8-byte header length"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("safetensors: file is ", file_size,
+                     " bytes, shorter than the 8-byte header length (truncated file?)"));
   }
   const uint8_t* base = reinterpret_cast<const uint8_t*>(all.data());
   const uint64_t header_size = Load<uint64_t>(base);
   if (header_size > file_size - 8) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("safetensors: header length ", header_size, " is larger than the ",
-                     file_size - 8, " bytes that follow it (truncated file?)"));
+    return absl::InvalidArgumentError(absl::StrCat("safetensors: header length ", header_size,
+                                                   " is larger than the ", file_size - 8,
+                                                   " bytes that follow it (truncated file?)"));
   }
   if (header_size > kMaxHeaderBytes) {
     return absl::InvalidArgumentError(absl::StrCat("safetensors: header length ", header_size,
@@ -227,9 +236,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes) {
                                                    "-byte limit"));
   }
   const char* header_begin = all.data() + 8;
-  const json header =
-      json::parse(header_begin, header_begin + header_size, /*cb=*/nullptr,
-                  /*allow_exceptions=*/false);
+  const json header = json::parse(header_begin, header_begin + header_size, /*cb=*/nullptr,
+                                  /*allow_exceptions=*/false);
   if (header.is_discarded()) {
     return absl::InvalidArgumentError("safetensors: header is not valid JSON");
   }
@@ -272,10 +280,10 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes) {
             [](const Range& a, const Range& b) { return a.begin < b.begin; });
   for (std::size_t i = 1; i < ranges.size(); ++i) {
     if (ranges[i].begin < ranges[i - 1].end) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "safetensors: tensors '", *ranges[i - 1].name, "' [", ranges[i - 1].begin, ", ",
-          ranges[i - 1].end, ") and '", *ranges[i].name, "' [", ranges[i].begin, ", ",
-          ranges[i].end, ") overlap"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("safetensors: tensors '", *ranges[i - 1].name, "' [", ranges[i - 1].begin,
+                       ", ", ranges[i - 1].end, ") and '", *ranges[i].name, "' [", ranges[i].begin,
+                       ", ", ranges[i].end, ") overlap"));
     }
   }
   return file;
@@ -290,14 +298,18 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::ReadFile(const std::string& pat
   if (!std::filesystem::is_regular_file(status)) {
     return absl::InvalidArgumentError(absl::StrCat("safetensors: not a regular file: ", path));
   }
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat("safetensors: cannot stat ", path));
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("safetensors: cannot open ", path));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::DataLossError(absl::StrCat("safetensors: error reading ", path));
+  std::string bytes(static_cast<std::size_t>(size), '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(size));
+  if (static_cast<std::uintmax_t>(in.gcount()) != size) {
+    return absl::DataLossError(absl::StrCat("safetensors: error reading ", path));
+  }
   absl::StatusOr<SafetensorsFile> file = Parse(std::move(bytes));
   if (!file.ok()) {
-    return absl::Status(file.status().code(),
-                        absl::StrCat(path, ": ", file.status().message()));
+    return absl::Status(file.status().code(), absl::StrCat(path, ": ", file.status().message()));
   }
   return file;
 }
@@ -328,10 +340,10 @@ absl::StatusOr<std::vector<float>> SafetensorsFile::GetFloat(const std::string& 
         // Out-of-range doubles become +-inf (well defined here, unlike a plain cast).
         const double d = Load<double>(p + 8 * i);
         constexpr double kMax = std::numeric_limits<float>::max();
-        out[i] = std::isnan(d)  ? std::numeric_limits<float>::quiet_NaN()
-                 : d > kMax     ? std::numeric_limits<float>::infinity()
-                 : d < -kMax    ? -std::numeric_limits<float>::infinity()
-                                : static_cast<float>(d);
+        out[i] = std::isnan(d) ? std::numeric_limits<float>::quiet_NaN()
+                 : d > kMax    ? std::numeric_limits<float>::infinity()
+                 : d < -kMax   ? -std::numeric_limits<float>::infinity()
+                               : static_cast<float>(d);
       }
       break;
     default:
@@ -356,9 +368,8 @@ absl::StatusOr<std::vector<int64_t>> SafetensorsFile::GetInt(const std::string& 
       for (std::size_t i = 0; i < n; ++i) out[i] = Load<int32_t>(p + 4 * i);
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " has dtype ",
-                                                     DTypeName(view->dtype),
-                                                     ", expected I32 or I64"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", name, " has dtype ", DTypeName(view->dtype), ", expected I32 or I64"));
   }
   return out;
 }
@@ -369,7 +380,8 @@ std::string SerializeSafetensors(
   uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
     const uint64_t bytes = tensor.second.size() * sizeof(float);
-    header[name] = {{"dtype", "F32"}, {"shape", tensor.first}, {"data_offsets", {offset, offset + bytes}}};
+    header[name] = {
+        {"dtype", "F32"}, {"shape", tensor.first}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   // Tensor names are ours (ASCII); `replace` keeps dump() from throwing on anything else.

@@ -69,12 +69,13 @@ absl::StatusOr<Format> ParseFmt(const uint8_t* p, uint32_t size) {
     }
     const uint16_t valid_bits = Le16(p + 18);
     if (std::memcmp(p + 26, kSubformatGuidTail, sizeof(kSubformatGuidTail)) != 0) {
-      return absl::InvalidArgumentError("WAV: WAVE_FORMAT_EXTENSIBLE with a non-standard "
-                                        "sub-format GUID is not supported");
+      return absl::InvalidArgumentError(
+          "WAV: WAVE_FORMAT_EXTENSIBLE with a non-standard "
+          "sub-format GUID is not supported");
     }
     if (valid_bits > bits) {
-      return absl::InvalidArgumentError(absl::StrCat("WAV: valid bits ", valid_bits,
-                                                     " exceed the container's ", bits));
+      return absl::InvalidArgumentError(
+          absl::StrCat("WAV: valid bits ", valid_bits, " exceed the container's ", bits));
     }
     // Samples are left-justified in their container, so decoding by container size gives the
     // right scale whatever the valid bit count.
@@ -97,9 +98,9 @@ absl::StatusOr<Format> ParseFmt(const uint8_t* p, uint32_t size) {
       supported = bits == 8;
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "WAV: unsupported format tag 0x", absl::Hex(f.tag),
-          " (supported: PCM, IEEE float, A-law, mu-law, and EXTENSIBLE with those)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("WAV: unsupported format tag 0x", absl::Hex(f.tag),
+                       " (supported: PCM, IEEE float, A-law, mu-law, and EXTENSIBLE with those)"));
   }
   if (!supported) {
     return absl::InvalidArgumentError(
@@ -111,9 +112,8 @@ absl::StatusOr<Format> ParseFmt(const uint8_t* p, uint32_t size) {
   f.block_align = block_align;
   const int expected_align = channels * (bits / 8);
   if (block_align != expected_align) {
-    return absl::InvalidArgumentError(absl::StrCat("WAV: block_align ", block_align,
-                                                   " does not match channels * bytes = ",
-                                                   expected_align));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WAV: block_align ", block_align, " does not match channels * bytes = ", expected_align));
   }
   return f;
 }
@@ -172,8 +172,8 @@ absl::StatusOr<Audio> DecodeWav(absl::Span<const uint8_t> bytes) {
     const uint64_t available = size - body;
     if (Tag(header, "fmt ") && !have_fmt) {
       if (chunk_size > available) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "WAV: fmt chunk claims ", chunk_size, " bytes but only ", available, " remain"));
+        return absl::InvalidArgumentError(absl::StrCat("WAV: fmt chunk claims ", chunk_size,
+                                                       " bytes but only ", available, " remain"));
       }
       absl::StatusOr<Format> f = ParseFmt(base + body, static_cast<uint32_t>(chunk_size));
       if (!f.ok()) return f.status();
@@ -195,8 +195,8 @@ absl::StatusOr<Audio> DecodeWav(absl::Span<const uint8_t> bytes) {
     const uint64_t next = body + chunk_size + (chunk_size & 1);  // odd chunks carry a pad byte
     if (next > size) {
       if (!have_data || !have_fmt) {
-        stopped = absl::StrCat(" (chunk '", PrintableTag(header), "' at offset ", pos,
-                               " claims ", chunk_size, " bytes, past the end of the input)");
+        stopped = absl::StrCat(" (chunk '", PrintableTag(header), "' at offset ", pos, " claims ",
+                               chunk_size, " bytes, past the end of the input)");
       }
       break;
     }
@@ -288,8 +288,7 @@ absl::StatusOr<Audio> ReadWavFile(const std::string& path) {
   }
   absl::StatusOr<Audio> audio = DecodeWav(bytes);
   if (!audio.ok()) {
-    return absl::Status(audio.status().code(),
-                        absl::StrCat(path, ": ", audio.status().message()));
+    return absl::Status(audio.status().code(), absl::StrCat(path, ": ", audio.status().message()));
   }
   return audio;
 }

@@ -28,6 +28,7 @@ TEST(GreedyCtc, MergesRepeatsDropsBlanks) {
   EXPECT_EQ(Decode({1, 0, 1}), "a a");
   EXPECT_EQ(Decode({}), "");
   EXPECT_EQ(Decode({-1, 1, -1}), "a");  // masked frames are skipped
+  EXPECT_EQ(Decode({1, 0, 4, 2}), "a'b");  // NeMo drops the space before punctuation
 }
 
 // Splitting the frames into chunks at any point gives the same tokens as one pass.

@@ -1,1 +1,801 @@
-// placeholder: being written
+// Tests for engine/fft, engine/features, engine/wav and engine/resample.
+//
+// Golden values: tests/fixtures/features_golden.safetensors comes from
+// tools/gen_feature_fixture.py (torch.stft + librosa, NeMo's FilterbankFeatures pipeline for both
+// the <= 2.4 and >= 2.5 STFT behaviours). Literal filterbank and G.711 values below were printed
+// by librosa 0.11 and CPython's audioop.
+#include <algorithm>
+#include <cmath>
+#include <complex>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/features.h"
+#include "engine/fft.h"
+#include "engine/model_config.h"
+#include "engine/resample.h"
+#include "engine/safetensors.h"
+#include "engine/wav.h"
+#include "gtest/gtest.h"
+
+namespace jasper {
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+// ---------------------------------------------------------------------------------------------
+// FFT
+
+std::vector<std::complex<long double>> NaiveDft(const std::vector<double>& x) {
+  const size_t n = x.size();
+  std::vector<std::complex<long double>> out(n / 2 + 1);
+  for (size_t k = 0; k < out.size(); ++k) {
+    std::complex<long double> acc = 0;
+    for (size_t j = 0; j < n; ++j) {
+      const long double angle = -2.0L * kPi * static_cast<long double>((k * j) % n) / n;
+      acc += static_cast<long double>(x[j]) * std::complex<long double>(cosl(angle), sinl(angle));
+    }
+    out[k] = acc;
+  }
+  return out;
+}
+
+void ExpectMatchesDft(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  std::vector<double> x(n);
+  for (double& v : x) v = dist(rng);
+  absl::StatusOr<RealFft> fft = RealFft::Create(n);
+  ASSERT_TRUE(fft.ok()) << fft.status();
+  EXPECT_EQ(fft->num_bins(), n / 2 + 1);
+  std::vector<std::complex<double>> got(fft->num_bins());
+  fft->Transform(x, absl::MakeSpan(got));
+  const auto want = NaiveDft(x);
+  double max_err = 0.0;
+  for (size_t k = 0; k < got.size(); ++k) {
+    max_err = std::max(
+        max_err, static_cast<double>(
+                     std::abs(std::complex<long double>(got[k].real(), got[k].imag()) - want[k])));
+  }
+  // Random +-1 input: |X| ~ sqrt(n); double FFT error ~ log2(n) * eps * sqrt(n).
+  EXPECT_LT(max_err, 1e-13 * std::sqrt(static_cast<double>(n)) * (1 + std::log2(n))) << n;
+}
+
+TEST(FftTest, PowerOfTwoMatchesDirectDft) {
+  for (int n : {1, 2, 4, 8, 16, 32, 64, 256, 512, 1024, 2048}) ExpectMatchesDft(n, 17 + n);
+}
+
+TEST(FftTest, OtherSizesFallBackToDirectDft) {
+  for (int n : {3, 5, 6, 12, 100, 321, 400}) {
+    ExpectMatchesDft(n, 5 + n);
+    EXPECT_FALSE(RealFft::Create(n)->is_power_of_two());
+  }
+  EXPECT_TRUE(RealFft::Create(512)->is_power_of_two());
+}
+
+TEST(FftTest, KnownTransforms) {
+  absl::StatusOr<RealFft> fft = RealFft::Create(8);
+  ASSERT_TRUE(fft.ok());
+  std::vector<std::complex<double>> out(5);
+  std::vector<double> impulse(8, 0.0);
+  impulse[0] = 1.0;
+  fft->Transform(impulse, absl::MakeSpan(out));
+  for (const auto& c : out) EXPECT_NEAR(std::abs(c - std::complex<double>(1.0, 0.0)), 0.0, 1e-15);
+  std::vector<double> cosine(8);
+  for (int j = 0; j < 8; ++j) cosine[j] = std::cos(2 * kPi * 2 * j / 8);
+  fft->Transform(cosine, absl::MakeSpan(out));
+  for (int k = 0; k < 5; ++k) EXPECT_NEAR(std::abs(out[k]), k == 2 ? 4.0 : 0.0, 1e-14) << k;
+}
+
+TEST(FftTest, RejectsBadSizes) {
+  EXPECT_FALSE(RealFft::Create(0).ok());
+  EXPECT_FALSE(RealFft::Create(-4).ok());
+  EXPECT_FALSE(RealFft::Create(RealFft::kMaxSize + 1).ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mel filterbank
+
+double HzToMel(double hz) {  // Slaney, written independently of features.cc
+  return hz < 1000.0 ? hz * 3.0 / 200.0 : 15.0 + 27.0 * std::log(hz / 1000.0) / std::log(6.4);
+}
+double MelToHz(double mel) {
+  return mel < 15.0 ? mel * 200.0 / 3.0 : 1000.0 * std::exp((mel - 15.0) * std::log(6.4) / 27.0);
+}
+
+TEST(MelFilterbankTest, ShapeSupportAndLibrosaValues) {
+  const std::vector<float> fb = SlaneyMelFilterbank(16000, 512, 64, 0.0, 8000.0, true);
+  ASSERT_EQ(fb.size(), 64u * 257);
+  auto at = [&](int m, int k) { return fb[m * 257 + k]; };
+  // Rows: {mel, first nonzero bin, last nonzero bin, argmax} from librosa.filters.mel.
+  const int rows[][4] = {
+      {0, 1, 2, 1}, {1, 2, 4, 3}, {10, 15, 17, 16}, {31, 51, 55, 53}, {63, 233, 255, 244}};
+  for (const auto& r : rows) {
+    int first = -1, last = -1, argmax = 0;
+    for (int k = 0; k < 257; ++k) {
+      if (at(r[0], k) != 0.0f) {
+        if (first < 0) first = k;
+        last = k;
+      }
+      if (at(r[0], k) > at(r[0], argmax)) argmax = k;
+    }
+    EXPECT_EQ(first, r[1]) << "mel " << r[0];
+    EXPECT_EQ(last, r[2]) << "mel " << r[0];
+    EXPECT_EQ(argmax, r[3]) << "mel " << r[0];
+  }
+  // Literal librosa values (float32).
+  const struct {
+    int m, k;
+    float value;
+  } values[] = {{0, 1, 0.014511281624436378f},    {0, 2, 0.014075512066483498f},
+                {1, 3, 0.021113267168402672f},    {10, 15, 0.0021788510493934155f},
+                {10, 16, 0.01669013313949108f},   {31, 52, 0.008725856430828571f},
+                {31, 53, 0.011526945978403091f},  {63, 233, 8.809219434624538e-05f},
+                {63, 235, 0.0005684429779648781f}};
+  for (const auto& v : values) {
+    EXPECT_NEAR(at(v.m, v.k), v.value, 2e-7 * v.value) << v.m << "," << v.k;
+  }
+  double total = 0.0;
+  for (float w : fb) total += w;
+  EXPECT_NEAR(total, 2.0461816787719727, 1e-6);
+}
+
+TEST(MelFilterbankTest, NoNormAndOtherRates) {
+  const std::vector<float> fb = SlaneyMelFilterbank(8000, 256, 40, 20.0, 3800.0, false);
+  ASSERT_EQ(fb.size(), 40u * 129);
+  auto at = [&](int m, int k) { return fb[m * 129 + k]; };
+  EXPECT_NEAR(at(0, 1), 0.20279066264629364f, 1e-7);
+  EXPECT_NEAR(at(0, 2), 0.7660980820655823f, 1e-7);
+  EXPECT_NEAR(at(20, 37), 0.19837623834609985f, 1e-7);
+  EXPECT_NEAR(at(20, 38), 0.662762463092804f, 1e-7);
+  EXPECT_NEAR(at(39, 109), 0.08569502085447311f, 1e-7);
+  EXPECT_NEAR(at(39, 110), 0.24229693412780762f, 1e-7);
+  for (float w : fb) EXPECT_LE(w, 1.0f);  // unnormalised triangles peak at most at 1
+}
+
+TEST(MelFilterbankTest, SlaneyAreaNormalisation) {
+  const std::vector<float> plain = SlaneyMelFilterbank(16000, 512, 64, 0.0, 8000.0, false);
+  const std::vector<float> norm = SlaneyMelFilterbank(16000, 512, 64, 0.0, 8000.0, true);
+  const double max_mel = HzToMel(8000.0);
+  for (int m = 0; m < 64; ++m) {
+    const double f_lo = MelToHz(max_mel * m / 65.0);
+    const double f_hi = MelToHz(max_mel * (m + 2) / 65.0);
+    const double enorm = 2.0 / (f_hi - f_lo);
+    double area = 0.0;
+    int width = 0;
+    for (int k = 0; k < 257; ++k) {
+      const float p = plain[m * 257 + k];
+      const float n = norm[m * 257 + k];
+      EXPECT_NEAR(n, p * enorm, 1e-7 * enorm) << m << "," << k;
+      area += n * (16000.0 / 512);
+      width += p > 0.0f;
+    }
+    // Triangle of unit area in Hz; sampled on the 31.25-Hz grid once it spans several bins.
+    if (width >= 8) {
+      EXPECT_NEAR(area, 1.0, 0.02) << "mel " << m;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Featurizer
+
+std::vector<float> TestSignal(int n, int sample_rate = 16000) {
+  std::vector<float> x(n);
+  uint32_t state = 12345;
+  for (int i = 0; i < n; ++i) {
+    const double t = static_cast<double>(i) / sample_rate;
+    state = state * 1664525u + 1013904223u;
+    const double noise = (state >> 8) / 16777216.0 - 0.5;
+    x[i] = static_cast<float>(0.4 * std::sin(2 * kPi * (300.0 * t + 1500.0 * t * t)) *
+                                  (0.6 + 0.4 * std::sin(2 * kPi * 2.0 * t)) +
+                              0.05 * noise);
+  }
+  return x;
+}
+
+Featurizer MakeFeaturizer(StftMode mode, int pad_to = 16, double pad_value = 0.0,
+                          std::string normalize = "per_feature") {
+  FeaturizerConfig config;
+  config.stft_mode = mode;
+  config.pad_to = pad_to;
+  config.pad_value = pad_value;
+  config.normalize = normalize;
+  absl::StatusOr<Featurizer> f = Featurizer::Create(config);
+  EXPECT_TRUE(f.ok()) << f.status();
+  return *std::move(f);
+}
+
+TEST(FeaturizerTest, FrameCountsPerMode) {
+  const Featurizer legacy = MakeFeaturizer(StftMode::kLegacy);
+  const Featurizer nemo25 = MakeFeaturizer(StftMode::kNemo25);
+  EXPECT_EQ(legacy.config().n_fft, 512);
+  for (int length : {257, 320, 480, 1000, 1600, 1601, 4837, 16000, 16159, 16160}) {
+    SCOPED_TRACE(length);
+    EXPECT_EQ(legacy.ValidFrames(length), length / 160 + 1);
+    EXPECT_EQ(nemo25.ValidFrames(length), length / 160);
+    const std::vector<float> x = TestSignal(length);
+    absl::StatusOr<Features> a = legacy.Compute(x);
+    ASSERT_TRUE(a.ok()) << a.status();
+    const int stft_frames = 1 + length / 160;
+    EXPECT_EQ(a->valid_frames, stft_frames);
+    EXPECT_EQ(a->padded_frames, (stft_frames + 15) / 16 * 16);
+    EXPECT_EQ(a->num_features, 64);
+    EXPECT_EQ(a->data.size(), static_cast<size_t>(a->padded_frames) * 64);
+    absl::StatusOr<Features> b = nemo25.Compute(x);
+    if (length / 160 < 2) {  // per_feature normalisation needs two valid frames
+      EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+      continue;
+    }
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->valid_frames, length / 160);
+    EXPECT_EQ(b->padded_frames, (stft_frames + 15) / 16 * 16);  // pads the STFT frame count
+  }
+  EXPECT_EQ(legacy.ValidFrames(0), 0);
+  EXPECT_EQ(nemo25.ValidFrames(0), 0);
+}
+
+TEST(FeaturizerTest, PerFeatureNormalisationAndPadding) {
+  for (StftMode mode : {StftMode::kLegacy, StftMode::kNemo25}) {
+    const Featurizer f = MakeFeaturizer(mode, /*pad_to=*/16, /*pad_value=*/-3.25);
+    const std::vector<float> x = TestSignal(12345);
+    absl::StatusOr<Features> feats = f.Compute(x);
+    ASSERT_TRUE(feats.ok()) << feats.status();
+    const int n = feats->valid_frames;
+    const int nf = feats->num_features;
+    ASSERT_GE(n, 2);
+    for (int m = 0; m < nf; ++m) {
+      double sum = 0.0, sq = 0.0;
+      for (int t = 0; t < n; ++t) sum += feats->data[t * nf + m];
+      const double mean = sum / n;
+      for (int t = 0; t < n; ++t) sq += std::pow(feats->data[t * nf + m] - mean, 2);
+      EXPECT_NEAR(mean, 0.0, 1e-5) << "feature " << m;
+      EXPECT_NEAR(std::sqrt(sq / (n - 1)), 1.0, 1e-3) << "feature " << m;  // std/(std+1e-5)
+    }
+    for (int t = n; t < feats->padded_frames; ++t) {
+      for (int m = 0; m < nf; ++m) ASSERT_EQ(feats->data[t * nf + m], -3.25f) << t;
+    }
+  }
+}
+
+TEST(FeaturizerTest, PadTo) {
+  const std::vector<float> x = TestSignal(4000);  // 26 STFT frames
+  EXPECT_EQ(MakeFeaturizer(StftMode::kLegacy, 0).Compute(x)->padded_frames, 26);
+  EXPECT_EQ(MakeFeaturizer(StftMode::kLegacy, 8).Compute(x)->padded_frames, 32);
+  EXPECT_EQ(MakeFeaturizer(StftMode::kLegacy, 13).Compute(x)->padded_frames, 26);
+  absl::StatusOr<Features> z = MakeFeaturizer(StftMode::kNemo25, 0, 7.0).Compute(x);
+  ASSERT_TRUE(z.ok());
+  EXPECT_EQ(z->valid_frames, 25);
+  EXPECT_EQ(z->padded_frames, 26);  // the last STFT frame is invalid, set to pad_value
+  EXPECT_EQ(z->data[25 * 64], 7.0f);
+}
+
+TEST(FeaturizerTest, ErrorsForEmptyShortAndNonFiniteAudio) {
+  const Featurizer legacy = MakeFeaturizer(StftMode::kLegacy);
+  const Featurizer nemo25 = MakeFeaturizer(StftMode::kNemo25);
+  EXPECT_EQ(legacy.Compute({}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(nemo25.ComputeUnnormalized({}).status().code(), absl::StatusCode::kInvalidArgument);
+  // Reflect padding needs more than n_fft/2 = 256 samples.
+  const std::vector<float> x = TestSignal(400);
+  absl::StatusOr<Features> r = legacy.Compute(absl::MakeConstSpan(x).first(256));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("too short"), std::string::npos) << r.status();
+  EXPECT_TRUE(legacy.Compute(absl::MakeConstSpan(x).first(257)).ok());
+  // NeMo 2.5: < 160 samples give no valid frame, < 320 give one (normalisation needs two).
+  EXPECT_FALSE(nemo25.ComputeUnnormalized(absl::MakeConstSpan(x).first(159)).ok());
+  EXPECT_EQ(nemo25.ComputeUnnormalized(absl::MakeConstSpan(x).first(200))->valid_frames, 1);
+  r = nemo25.Compute(absl::MakeConstSpan(x).first(319));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("too short"), std::string::npos) << r.status();
+  EXPECT_TRUE(nemo25.Compute(absl::MakeConstSpan(x).first(320)).ok());
+  // Without normalisation one frame is enough.
+  EXPECT_TRUE(MakeFeaturizer(StftMode::kNemo25, 16, 0.0, "none")
+                  .Compute(absl::MakeConstSpan(x).first(200))
+                  .ok());
+  std::vector<float> bad = x;
+  bad[17] = std::nanf("");
+  EXPECT_FALSE(legacy.Compute(bad).ok());
+}
+
+TEST(FeaturizerTest, CreateValidates) {
+  FeaturizerConfig config;
+  EXPECT_FALSE(Featurizer::Create(config, std::vector<float>(10, 0.0f)).ok());  // wrong fb size
+  config.n_fft = 0;  // NeMo: next power of two >= win_length
+  absl::StatusOr<Featurizer> f = Featurizer::Create(config);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->config().n_fft, 512);
+  config.n_fft = 256;  // shorter than the 320-sample window
+  EXPECT_FALSE(Featurizer::Create(config).ok());
+  config.n_fft = 400;  // not a power of two: direct DFT
+  config.window_size_s = 0.025;
+  f = Featurizer::Create(config);
+  ASSERT_TRUE(f.ok()) << f.status();
+  absl::StatusOr<Features> feats = f->Compute(TestSignal(4000));
+  ASSERT_TRUE(feats.ok()) << feats.status();
+  EXPECT_EQ(feats->valid_frames, 26);
+}
+
+TEST(FeaturizerTest, ConcurrentComputeIsDeterministic) {
+  const Featurizer f = MakeFeaturizer(StftMode::kLegacy);
+  const std::vector<float> x = TestSignal(8000);
+  const std::vector<float> want = f.Compute(x)->data;
+  std::vector<std::vector<float>> got(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back([&, i] { got[i] = f.Compute(x)->data; });
+  for (auto& t : threads) t.join();
+  for (const auto& g : got) EXPECT_EQ(g, want);
+}
+
+// Golden fixture from tools/gen_feature_fixture.py.
+class GoldenTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<SafetensorsFile> file = SafetensorsFile::ReadFile(
+        std::string(JASPER_SOURCE_DIR) + "/tests/fixtures/features_golden.safetensors");
+    ASSERT_TRUE(file.ok()) << file.status();
+    file_ = new SafetensorsFile(*std::move(file));
+  }
+  static void TearDownTestSuite() {
+    delete file_;
+    file_ = nullptr;
+  }
+  static std::vector<float> Get(const std::string& name) {
+    absl::StatusOr<std::vector<float>> v = file_->GetFloat(name);
+    EXPECT_TRUE(v.ok()) << v.status();
+    return v.ok() ? *v : std::vector<float>{};
+  }
+  static FeaturizerConfig CaseConfig(const std::string& c, StftMode mode) {
+    FeaturizerConfig config;
+    config.stft_mode = mode;
+    if (c == "b") {  // see CASES in tools/gen_feature_fixture.py
+      config.window_size_s = 0.025;
+      config.features = 80;
+      config.lowfreq_hz = 20.0;
+      config.highfreq_hz = 7600.0;
+    }
+    return config;
+  }
+  static double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double d = 0.0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+      d = std::max(d, std::abs(static_cast<double>(a[i]) - b[i]));
+    }
+    return d;
+  }
+  static double MaxAbs(const std::vector<float>& a) {
+    double m = 0.0;
+    for (float v : a) m = std::max(m, std::abs(static_cast<double>(v)));
+    return m;
+  }
+  static SafetensorsFile* file_;
+};
+SafetensorsFile* GoldenTest::file_ = nullptr;
+
+TEST_F(GoldenTest, FilterbankEqualsLibrosa) {
+  const std::vector<float> fb = Get("a.fb");
+  EXPECT_LE(MaxAbsDiff(SlaneyMelFilterbank(16000, 512, 64, 0.0, 8000.0, true), fb), 1e-9);
+}
+
+TEST_F(GoldenTest, MatchesTorchBothModes) {
+  for (const std::string c : {"a", "b"}) {
+    const std::vector<float> audio = Get(c + ".audio");
+    for (const auto& [mode, name] : {std::pair{StftMode::kLegacy, std::string("legacy")},
+                                     std::pair{StftMode::kNemo25, std::string("nemo25")}}) {
+      SCOPED_TRACE(c + "." + name);
+      absl::StatusOr<Featurizer> f = Featurizer::Create(CaseConfig(c, mode));
+      ASSERT_TRUE(f.ok()) << f.status();
+      const int seq_len = static_cast<int>(Get(c + "." + name + ".seq_len")[0]);
+      absl::StatusOr<Features> feats = f->Compute(audio);
+      ASSERT_TRUE(feats.ok()) << feats.status();
+      EXPECT_EQ(feats->valid_frames, seq_len);
+      const std::vector<float> want = Get(c + "." + name + ".features");
+      const std::vector<float> want32 = Get(c + "." + name + ".features_f32");
+      ASSERT_EQ(want.size(), feats->data.size());
+      const double scale = std::max(1.0, MaxAbs(want));
+      const double err = MaxAbsDiff(feats->data, want);
+      const double err32 = MaxAbsDiff(feats->data, want32);
+      EXPECT_LE(err, 1e-5 * scale);    // same algorithm in double: only float rounding left
+      EXPECT_LE(err32, 1e-4 * scale);  // NeMo's own float32 run
+      std::printf("[ golden ] %s.%s: max|err| vs torch f64 %.3g, vs torch f32 %.3g (scale %.3g)\n",
+                  c.c_str(), name.c_str(), err, err32, scale);
+
+      absl::StatusOr<Features> raw = f->ComputeUnnormalized(audio);
+      ASSERT_TRUE(raw.ok()) << raw.status();
+      EXPECT_EQ(raw->valid_frames, seq_len);
+      EXPECT_EQ(raw->padded_frames, seq_len);
+      const std::vector<float> logmel = Get(c + "." + name + ".logmel");
+      EXPECT_LE(MaxAbsDiff(raw->data, logmel), 1e-4 * std::max(1.0, MaxAbs(logmel)));
+    }
+  }
+}
+
+TEST_F(GoldenTest, CheckpointFilterbankGivesSameFeatures) {
+  const std::vector<float> audio = Get("a.audio");
+  absl::StatusOr<Featurizer> f =
+      Featurizer::Create(CaseConfig("a", StftMode::kLegacy), Get("a.fb"));
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_LE(MaxAbsDiff(f->Compute(audio)->data, Get("a.legacy.features")), 1e-4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// WAV
+
+void Put16(std::vector<uint8_t>* b, uint32_t v) {
+  b->push_back(v & 0xFF);
+  b->push_back((v >> 8) & 0xFF);
+}
+void Put32(std::vector<uint8_t>* b, uint32_t v) {
+  Put16(b, v & 0xFFFF);
+  Put16(b, v >> 16);
+}
+void PutTag(std::vector<uint8_t>* b, const char* tag) {
+  for (int i = 0; i < 4; ++i) b->push_back(static_cast<uint8_t>(tag[i]));
+}
+void PutChunk(std::vector<uint8_t>* b, const char* tag, const std::vector<uint8_t>& body,
+              uint32_t declared_size) {
+  PutTag(b, tag);
+  Put32(b, declared_size);
+  b->insert(b->end(), body.begin(), body.end());
+  if (body.size() % 2 == 1) b->push_back(0);
+}
+
+std::vector<uint8_t> FmtBody(uint16_t tag, uint16_t channels, uint32_t rate, uint16_t bits,
+                             bool extensible = false) {
+  std::vector<uint8_t> f;
+  Put16(&f, extensible ? 0xFFFE : tag);
+  Put16(&f, channels);
+  Put32(&f, rate);
+  Put32(&f, rate * channels * (bits / 8));
+  Put16(&f, channels * (bits / 8));
+  Put16(&f, bits);
+  if (extensible) {
+    Put16(&f, 22);    // cbSize
+    Put16(&f, bits);  // valid bits
+    Put32(&f, 0);     // channel mask
+    Put16(&f, tag);
+    const uint8_t tail[14] = {0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x80,
+                              0x00, 0x00, 0xAA, 0x00, 0x38, 0x9B, 0x71};
+    f.insert(f.end(), tail, tail + 14);
+  }
+  return f;
+}
+
+// RIFF/WAVE with a LIST chunk of odd size first (exercises the pad byte), then fmt, then data.
+std::vector<uint8_t> MakeWav(const std::vector<uint8_t>& fmt, const std::vector<uint8_t>& data,
+                             int64_t data_size = -1) {
+  std::vector<uint8_t> b;
+  PutTag(&b, "RIFF");
+  Put32(&b, 0);  // patched below
+  PutTag(&b, "WAVE");
+  PutChunk(&b, "LIST", {'a', 'b', 'c'}, 3);
+  PutChunk(&b, "fmt ", fmt, fmt.size());
+  PutChunk(&b, "data", data, data_size < 0 ? data.size() : data_size);
+  const uint32_t riff = b.size() - 8;
+  std::memcpy(b.data() + 4, &riff, 4);  // little-endian host (x86/ARM)
+  return b;
+}
+
+TEST(WavTest, Pcm16StereoRoundTrip) {
+  std::vector<uint8_t> data;
+  const int16_t v[] = {0, -32768, 32767, 1, -1, 12345};
+  for (int16_t s : v) Put16(&data, static_cast<uint16_t>(s));
+  absl::StatusOr<Audio> a = DecodeWav(MakeWav(FmtBody(1, 2, 16000, 16), data));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->sample_rate, 16000);
+  EXPECT_EQ(a->channels, 2);
+  EXPECT_EQ(a->num_frames(), 3);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(a->samples[i], v[i] / 32768.0f);
+  const std::vector<float> mono = DownmixToMono(*a);
+  ASSERT_EQ(mono.size(), 3u);
+  EXPECT_FLOAT_EQ(mono[0], -0.5f);
+  EXPECT_FLOAT_EQ(mono[1], (32767 + 1) / 65536.0f);
+}
+
+TEST(WavTest, Pcm8Pcm24Pcm32AndExtensible) {
+  absl::StatusOr<Audio> a = DecodeWav(MakeWav(FmtBody(1, 1, 8000, 8), {0, 128, 255}));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->samples, (std::vector<float>{-1.0f, 0.0f, 127 / 128.0f}));
+
+  const int32_t v24[] = {0, -8388608, 8388607, -1, 4660};
+  std::vector<uint8_t> d24;
+  for (int32_t s : v24) {
+    for (int k = 0; k < 3; ++k) d24.push_back((static_cast<uint32_t>(s) >> (8 * k)) & 0xFF);
+  }
+  for (bool ext : {false, true}) {
+    a = DecodeWav(MakeWav(FmtBody(1, 1, 44100, 24, ext), d24));
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_EQ(a->samples.size(), 5u);
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(a->samples[i], static_cast<float>(v24[i] / 8388608.0));
+  }
+  std::vector<uint8_t> d32;
+  Put32(&d32, 0x80000000u);
+  Put32(&d32, 0x40000000u);
+  a = DecodeWav(MakeWav(FmtBody(1, 1, 48000, 32, true), d32));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->samples, (std::vector<float>{-1.0f, 0.5f}));
+}
+
+TEST(WavTest, FloatFormats) {
+  const float v[] = {0.25f, -1.5f, 1e-6f};
+  std::vector<uint8_t> d(sizeof(v));
+  std::memcpy(d.data(), v, sizeof(v));
+  for (bool ext : {false, true}) {
+    absl::StatusOr<Audio> a = DecodeWav(MakeWav(FmtBody(3, 1, 16000, 32, ext), d));
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->samples, std::vector<float>(v, v + 3));
+  }
+  const double dv[] = {0.125, -0.5};
+  std::vector<uint8_t> d64(sizeof(dv));
+  std::memcpy(d64.data(), dv, sizeof(dv));
+  absl::StatusOr<Audio> a = DecodeWav(MakeWav(FmtBody(3, 1, 16000, 64), d64));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->samples, (std::vector<float>{0.125f, -0.5f}));
+  const float nan = std::nanf("");
+  std::memcpy(d.data() + 4, &nan, 4);
+  EXPECT_FALSE(DecodeWav(MakeWav(FmtBody(3, 1, 16000, 32), d)).ok());
+}
+
+TEST(WavTest, G711MatchesReference) {
+  // CPython audioop.ulaw2lin / alaw2lin (ITU-T G.711).
+  const struct {
+    uint8_t byte;
+    int mu, a;
+  } ref[] = {{0x00, -32124, -5504}, {0x0F, -16764, -6784}, {0x10, -15996, -2752},
+             {0x33, -3516, -11520}, {0x5A, -556, -248},    {0x7E, -8, -880},
+             {0x7F, 0, -848},       {0x80, 32124, 5504},   {0x9C, 9852, 3264},
+             {0xC8, 1372, 472},     {0xD5, 716, 8},        {0xFE, 8, 880},
+             {0xFF, 0, 848}};
+  for (const auto& r : ref) {
+    EXPECT_EQ(MuLawToFloat(r.byte), r.mu / 32768.0f) << int{r.byte};
+    EXPECT_EQ(ALawToFloat(r.byte), r.a / 32768.0f) << int{r.byte};
+  }
+  double mu_sq = 0.0, a_sq = 0.0;
+  for (int b = 0; b < 256; ++b) {
+    mu_sq += std::pow(MuLawToFloat(b) * 32768.0, 2);
+    a_sq += std::pow(ALawToFloat(b) * 32768.0, 2);
+  }
+  EXPECT_EQ(mu_sq, 26310951424.0);  // sum of squares over all 256 codes, from audioop
+  EXPECT_EQ(a_sq, 26719580160.0);
+
+  std::vector<uint8_t> codes = {0x00, 0x80, 0xD5, 0x2A};
+  absl::StatusOr<Audio> mu = DecodeWav(MakeWav(FmtBody(7, 2, 8000, 8), codes));
+  ASSERT_TRUE(mu.ok()) << mu.status();
+  absl::StatusOr<Audio> al = DecodeWav(MakeWav(FmtBody(6, 1, 8000, 8, true), codes));
+  ASSERT_TRUE(al.ok()) << al.status();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(mu->samples[i], MuLawToFloat(codes[i]));
+    EXPECT_EQ(al->samples[i], ALawToFloat(codes[i]));
+  }
+}
+
+TEST(WavTest, DataBeforeFmtAndOversizedLastDataChunk) {
+  std::vector<uint8_t> data;
+  for (int i = 0; i < 5; ++i) Put16(&data, 1000 * i);
+  std::vector<uint8_t> b;
+  PutTag(&b, "RIFF");
+  Put32(&b, 0xFFFFFFFFu);  // ignored
+  PutTag(&b, "WAVE");
+  PutChunk(&b, "data", data, data.size());
+  PutChunk(&b, "fmt ", FmtBody(1, 1, 16000, 16), 16);
+  absl::StatusOr<Audio> a = DecodeWav(b);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->samples.size(), 5u);
+  // Streaming writers' placeholder size: the data runs to the end of the file.
+  a = DecodeWav(MakeWav(FmtBody(1, 1, 16000, 16), data, 0xFFFFFFFFu));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->samples.size(), 5u);
+  EXPECT_EQ(a->samples[4], 4000 / 32768.0f);
+  // A truncated stereo file: the partial last frame is dropped.
+  std::vector<uint8_t> w = MakeWav(FmtBody(1, 2, 16000, 16), data);  // 2.5 frames
+  w.pop_back();  // cut one data byte: the chunk now claims more than the file holds
+  a = DecodeWav(w);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->num_frames(), 2);
+  // Empty data chunk: valid, no samples.
+  a = DecodeWav(MakeWav(FmtBody(1, 1, 16000, 16), {}));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->samples.empty());
+}
+
+TEST(WavTest, MalformedInputsAreErrors) {
+  std::vector<uint8_t> pcm(8, 0);
+  const std::vector<uint8_t> good = MakeWav(FmtBody(1, 1, 16000, 16), pcm);
+  ASSERT_TRUE(DecodeWav(good).ok());
+  auto expect_error = [](const std::vector<uint8_t>& bytes, const char* what) {
+    absl::StatusOr<Audio> a = DecodeWav(bytes);
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument) << what;
+  };
+  expect_error({}, "empty");
+  expect_error(std::vector<uint8_t>(good.begin(), good.begin() + 11), "short header");
+  std::vector<uint8_t> b = good;
+  std::memcpy(b.data(), "RIFX", 4);
+  expect_error(b, "RIFX");
+  b = good;
+  std::memcpy(b.data() + 8, "AVI ", 4);
+  expect_error(b, "not WAVE");
+  // Truncated inside fmt, and before data.
+  expect_error(std::vector<uint8_t>(good.begin(), good.begin() + 36), "truncated fmt");
+  expect_error(std::vector<uint8_t>(good.begin(), good.begin() + 48), "no data");
+  expect_error(MakeWav({}, pcm), "fmt too small");
+  {
+    std::vector<uint8_t> nofmt;
+    PutTag(&nofmt, "RIFF");
+    Put32(&nofmt, 20);
+    PutTag(&nofmt, "WAVE");
+    PutChunk(&nofmt, "data", pcm, pcm.size());
+    expect_error(nofmt, "fmt missing");
+  }
+  {
+    std::vector<uint8_t> lying;  // a LIST chunk claiming far more than the file
+    PutTag(&lying, "RIFF");
+    Put32(&lying, 100);
+    PutTag(&lying, "WAVE");
+    PutChunk(&lying, "LIST", {1, 2, 3, 4}, 0x7FFFFFF0u);
+    PutChunk(&lying, "fmt ", FmtBody(1, 1, 16000, 16), 16);
+    PutChunk(&lying, "data", pcm, pcm.size());
+    expect_error(lying, "lying chunk size");
+  }
+  expect_error(MakeWav(FmtBody(2, 1, 16000, 16), pcm), "ADPCM");
+  expect_error(MakeWav(FmtBody(0x55, 1, 16000, 16), pcm), "MP3");
+  expect_error(MakeWav(FmtBody(1, 0, 16000, 16), pcm), "0 channels");
+  expect_error(MakeWav(FmtBody(1, 1, 0, 16), pcm), "0 Hz");
+  expect_error(MakeWav(FmtBody(1, 1, 16000, 12), pcm), "12-bit");
+  expect_error(MakeWav(FmtBody(3, 1, 16000, 16), pcm), "16-bit float");
+  expect_error(MakeWav(FmtBody(7, 1, 16000, 16), pcm), "16-bit mu-law");
+  b = MakeWav(FmtBody(1, 2, 16000, 16), pcm);
+  b[12 + 8 + 4 + 8 + 12] = 3;  // block_align 4 -> 3
+  expect_error(b, "block_align");
+  std::vector<uint8_t> fmt = FmtBody(1, 1, 16000, 16, true);
+  fmt[30] ^= 0xFF;  // corrupt the GUID
+  expect_error(MakeWav(fmt, pcm), "GUID");
+}
+
+TEST(WavTest, TruncationsAndCorruptionNeverCrash) {
+  std::vector<uint8_t> data(64);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 37);
+  const std::vector<uint8_t> good = MakeWav(FmtBody(1, 2, 16000, 24, true), data);
+  int ok = 0;
+  for (size_t n = 0; n <= good.size(); ++n) {
+    ok += DecodeWav(absl::MakeConstSpan(good).first(n)).ok();
+  }
+  EXPECT_GT(ok, 0);
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::vector<uint8_t> b = good;
+    const int flips = 1 + trial % 4;
+    for (int k = 0; k < flips; ++k) b[rng() % 80] = static_cast<uint8_t>(rng());
+    absl::StatusOr<Audio> a = DecodeWav(b);
+    if (a.ok()) {
+      EXPECT_LE(a->samples.size(), b.size());
+    }
+  }
+}
+
+TEST(WavTest, FilesAndSniffing) {
+  std::vector<uint8_t> data;
+  for (int i = 0; i < 4; ++i) Put16(&data, 100 * i);
+  const std::vector<uint8_t> wav = MakeWav(FmtBody(1, 1, 22050, 16), data);
+  EXPECT_TRUE(LooksLikeWav(wav));
+  EXPECT_FALSE(LooksLikeWav(absl::MakeConstSpan(wav).first(11)));
+  EXPECT_FALSE(LooksLikeWav(data));
+  const std::string path = ::testing::TempDir() + "/features_test.wav";
+  FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  std::fwrite(wav.data(), 1, wav.size(), f);
+  std::fclose(f);
+  absl::StatusOr<Audio> a = ReadWavFile(path);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->sample_rate, 22050);
+  EXPECT_EQ(a->samples.size(), 4u);
+  std::remove(path.c_str());
+  EXPECT_EQ(ReadWavFile(path).status().code(), absl::StatusCode::kNotFound);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resampler
+
+std::vector<float> Sine(double freq, int rate, double seconds, double amplitude = 0.5) {
+  std::vector<float> x(static_cast<size_t>(seconds * rate));
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = static_cast<float>(amplitude * std::sin(2 * kPi * freq * i / rate));
+  }
+  return x;
+}
+
+TEST(ResamplerTest, RejectsBadRates) {
+  EXPECT_FALSE(Resampler::Create(7999, 16000).ok());
+  EXPECT_FALSE(Resampler::Create(16000, 48001).ok());
+  EXPECT_FALSE(Resample({}, 0, 16000).ok());
+}
+
+TEST(ResamplerTest, IdentityIsExact) {
+  const std::vector<float> x = Sine(440, 16000, 0.1);
+  absl::StatusOr<std::vector<float>> y = Resample(x, 16000, 16000);
+  ASSERT_TRUE(y.ok());
+  EXPECT_EQ(*y, x);
+}
+
+TEST(ResamplerTest, KeepsFrequencyAndAmplitude) {
+  for (int in_rate : {8000, 48000, 22050}) {
+    SCOPED_TRACE(in_rate);
+    const double seconds = 1.0;
+    absl::StatusOr<std::vector<float>> y = Resample(Sine(1000, in_rate, seconds), in_rate, 16000);
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_NEAR(static_cast<double>(y->size()), seconds * 16000, 2.0);
+    // Away from the edges (filter transients): count zero crossings and the peak.
+    const size_t begin = 800, end = y->size() - 800;
+    int crossings = 0;
+    double peak = 0.0;
+    for (size_t i = begin; i < end; ++i) {
+      crossings += ((*y)[i - 1] < 0) != ((*y)[i] < 0);
+      peak = std::max(peak, std::abs(static_cast<double>((*y)[i])));
+    }
+    const double expected = 2.0 * 1000.0 * (end - begin) / 16000.0;
+    EXPECT_NEAR(crossings, expected, 0.01 * expected);
+    EXPECT_NEAR(peak, 0.5, 0.005);
+  }
+}
+
+TEST(ResamplerTest, LengthAndTimeAlignment) {
+  // Output length ~ round(n * out / in); soxr compensates the filter delay, so an impulse stays
+  // at the same time.
+  const struct {
+    int in_rate, n, out_len, peak;
+  } cases[] = {{8000, 100, 200, 100}, {48000, 4837, 1612, 806}, {44100, 4837, 1755, 877}};
+  for (const auto& c : cases) {
+    std::vector<float> x(c.n, 0.0f);
+    x[c.n / 2] = 1.0f;
+    absl::StatusOr<std::vector<float>> y = Resample(x, c.in_rate, 16000);
+    ASSERT_TRUE(y.ok());
+    EXPECT_EQ(static_cast<int>(y->size()), c.out_len) << c.in_rate;
+    const auto peak = std::max_element(y->begin(), y->end(),
+                                       [](float a, float b) { return std::abs(a) < std::abs(b); });
+    EXPECT_EQ(peak - y->begin(), c.peak) << c.in_rate;
+  }
+}
+
+TEST(ResamplerTest, StreamingInOddPiecesEqualsOneShot) {
+  for (auto [in_rate, out_rate] :
+       {std::pair{8000, 16000}, std::pair{48000, 16000}, std::pair{44100, 16000}}) {
+    SCOPED_TRACE(in_rate);
+    std::vector<float> x = Sine(1000, in_rate, 0.7);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += 0.2f * std::sin(0.013f * i * i / in_rate);
+    absl::StatusOr<std::vector<float>> once = Resample(x, in_rate, out_rate);
+    ASSERT_TRUE(once.ok());
+    absl::StatusOr<Resampler> r = Resampler::Create(in_rate, out_rate);
+    ASSERT_TRUE(r.ok());
+    for (int pass = 0; pass < 2; ++pass) {  // the second pass checks Flush() resets the stream
+      std::vector<float> streamed;
+      const size_t pieces[] = {1, 7, 333, 1001, 2, 4097, 160};
+      size_t pos = 0;
+      for (int i = 0; pos < x.size(); ++i) {
+        const size_t n = std::min(pieces[i % 7], x.size() - pos);
+        ASSERT_TRUE(r->Process(absl::MakeConstSpan(x).subspan(pos, n), &streamed).ok());
+        pos += n;
+      }
+      ASSERT_TRUE(r->Flush(&streamed).ok());
+      ASSERT_EQ(streamed.size(), once->size());
+      double max_diff = 0.0;
+      for (size_t i = 0; i < streamed.size(); ++i) {
+        max_diff = std::max(max_diff, std::abs(static_cast<double>(streamed[i]) - (*once)[i]));
+      }
+      EXPECT_LE(max_diff, 1e-6);  // bit-identical with libsoxr 0.1.3
+      if (pass == 0) {
+        std::printf("[ resample ] %d->%d streamed vs one-shot max|diff| %.3g\n", in_rate, out_rate,
+                    max_diff);
+      }
+    }
+    std::vector<float> sink;
+    std::vector<float> bad = {0.0f, std::nanf("")};
+    EXPECT_FALSE(r->Process(bad, &sink).ok());
+  }
+}
+
+}  // namespace
+}  // namespace jasper

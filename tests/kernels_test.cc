@@ -38,7 +38,9 @@ std::uint64_t FreshSeed() {
 class Rng {
  public:
   explicit Rng(std::uint64_t seed) : engine_(seed) {}
-  float Uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(engine_); }
+  float Uniform(float lo, float hi) {
+    return std::uniform_real_distribution<float>(lo, hi)(engine_);
+  }
   int Int(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(engine_); }
   std::vector<float> Vector(std::size_t n, float scale) {
     std::vector<float> v(n);
@@ -52,12 +54,12 @@ class Rng {
 
 // How the per-utterance input lengths are drawn.
 enum class Lengths {
-  kMixed,       // full, 0, 1, in_time-1, then random in [0, in_time]
-  kFull,        // all in_time
-  kZero,        // all 0
-  kOne,         // all 1
-  kShort,       // all in_time / 2
-  kOutPadded,   // mixed inputs, but out_lengths = out_time (outputs read masked input only)
+  kMixed,      // full, 0, 1, in_time-1, in_time/2+3, then random in [0, in_time]
+  kFull,       // all in_time
+  kZero,       // all 0
+  kOne,        // all 1
+  kShort,      // all in_time / 2
+  kOutPadded,  // mixed inputs, but out_lengths = out_time (outputs read masked input only)
 };
 
 struct Case {
@@ -96,14 +98,23 @@ std::vector<int> DrawLengths(const Case& c, Rng& rng) {
   std::vector<int> len(c.batch);
   for (int b = 0; b < c.batch; ++b) {
     switch (c.lengths) {
-      case Lengths::kFull: len[b] = c.in_time; break;
-      case Lengths::kZero: len[b] = 0; break;
-      case Lengths::kOne: len[b] = std::min(1, c.in_time); break;
-      case Lengths::kShort: len[b] = c.in_time / 2; break;
+      case Lengths::kFull:
+        len[b] = c.in_time;
+        break;
+      case Lengths::kZero:
+        len[b] = 0;
+        break;
+      case Lengths::kOne:
+        len[b] = std::min(1, c.in_time);
+        break;
+      case Lengths::kShort:
+        len[b] = c.in_time / 2;
+        break;
       case Lengths::kMixed:
       case Lengths::kOutPadded: {
-        const int fixed[] = {c.in_time, 0, std::min(1, c.in_time), std::max(c.in_time - 1, 0)};
-        len[b] = b < 4 ? fixed[b] : rng.Int(0, c.in_time);
+        const int fixed[] = {c.in_time, 0, std::min(1, c.in_time), std::max(c.in_time - 1, 0),
+                             std::min(c.in_time / 2 + 3, c.in_time)};
+        len[b] = b < 5 ? fixed[b] : rng.Int(0, c.in_time);
         break;
       }
     }
@@ -147,8 +158,8 @@ void RunCase(const Case& c) {
     depthwise = rng.Vector(static_cast<std::size_t>(k) * c_in, 1.0f / std::sqrt(float(k)));
     weight = rng.Vector(static_cast<std::size_t>(c_in) * c_out, 1.0f / std::sqrt(float(c_in)));
   } else {
-    weight = rng.Vector(static_cast<std::size_t>(k) * c_in * c_out,
-                        1.0f / std::sqrt(float(k * c_in)));
+    weight =
+        rng.Vector(static_cast<std::size_t>(k) * c_in * c_out, 1.0f / std::sqrt(float(k * c_in)));
   }
   std::vector<float> bias = rng.Vector(c_out, 0.5f);
   SubBlockWeights w;
@@ -295,6 +306,11 @@ std::vector<Case> SpecialCases() {
   // QuartzNet-like prologue (K33 s2 'same') and a dilated block, real channel multiples.
   add("SepPrologueLike", true, 33, 2, 1, -1, 64, 96, 257, 3, {}, relu, true, Lengths::kMixed);
   add("SepDilatedK33D2", true, 33, 1, 2, -1, 96, 64, 257, 3, {96}, relu, true, Lengths::kMixed);
+  // Several tiles per utterance, so that interior tiles (read in place, no staging) run too.
+  add("SepLong", true, 33, 1, 1, -1, 40, 24, 700, 8, {24}, relu, true, Lengths::kMixed);
+  add("DenseLong", false, 11, 1, 1, -1, 13, 9, 700, 8, {9}, relu, true, Lengths::kMixed);
+  add("DenseLongS2D1", false, 11, 2, 1, -1, 13, 9, 1100, 8, {}, id, true, Lengths::kMixed);
+  add("DenseLongD2", false, 3, 1, 2, -1, 13, 9, 1100, 3, {}, relu, true, Lengths::kFull);
   // Batch 33 with small channels, residual branches, both conv kinds.
   add("SepBatch33", true, 33, 1, 1, -1, 3, 13, 130, 33, {3, 13, 5}, relu, true, Lengths::kMixed);
   add("DenseBatch33", false, 11, 2, 1, -1, 13, 3, 130, 33, {13}, id, true, Lengths::kMixed);
@@ -412,7 +428,11 @@ TEST(IsValidTest, RejectsBadDescriptors) {
   EXPECT_FALSE(with([](SubBlockDesc& c) { c.stride = 0; }));
   EXPECT_FALSE(with([](SubBlockDesc& c) { c.dilation = 0; }));
   EXPECT_FALSE(with([](SubBlockDesc& c) { c.padding = -1; }));
-  EXPECT_TRUE(with([](SubBlockDesc& c) { c.separable = true; c.kernel_size = 87; c.dilation = 2; }));
+  EXPECT_TRUE(with([](SubBlockDesc& c) {
+    c.separable = true;
+    c.kernel_size = 87;
+    c.dilation = 2;
+  }));
 }
 
 TEST(WorkspaceTest, IndependentOfGeometryAndBounded) {

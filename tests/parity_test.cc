@@ -120,7 +120,8 @@ class ParityTest : public testing::TestWithParam<Param> {
 
 TEST_P(ParityTest, FeaturesMatchNemo) {
   const SafetensorsFile& expected = *fixture_.expected;
-  std::vector<float> lengths = Get(expected, "feature_lengths");
+  absl::StatusOr<std::vector<int64_t>> lengths = expected.GetInt("feature_lengths");
+  ASSERT_TRUE(lengths.ok()) << lengths.status();
   for (int i = 0; i < fixture_.num_utterances; ++i) {
     std::vector<float> audio = Audio(i);
     absl::StatusOr<Features> features = recognizer_->featurizer().Compute(audio);
@@ -131,7 +132,7 @@ TEST_P(ParityTest, FeaturesMatchNemo) {
     ASSERT_EQ(shape.size(), 2u);
     const int num_features = static_cast<int>(shape[1]);
     ASSERT_EQ(features->num_features, num_features);
-    const int valid = static_cast<int>(lengths[i]);
+    const int valid = static_cast<int>((*lengths)[i]);
     EXPECT_EQ(features->valid_frames, valid) << "utterance " << i;
     ASSERT_LE(valid, std::min<int64_t>(shape[0], features->padded_frames));
     double scale = 0.0, max_error = 0.0;
@@ -199,8 +200,12 @@ TEST_P(ParityTest, PaddedBatchLeaksNothing) {
         << "utterance " << i;
     EXPECT_EQ((*batch)[i].text, (*single)[0].text);
     // NeMo's own padded batch gives the same valid frames (its masks), within parity tolerance.
+    // Not for NeMo <= 2.4 (legacy STFT): its batched featurizer reads the padding (reflect pad at
+    // the padded end, pre-emphasis past the length), the leak NeMo 2.5 fixed; we match its
+    // per-utterance output instead.
     const SafetensorsFile& expected = *fixture_.expected;
-    if (expected.Find("batch_logprobs") != nullptr) {
+    if (expected.Find("batch_logprobs") != nullptr &&
+        fixture_.meta.value("stft_mode", "") == "nemo25") {
       std::vector<int64_t> shape = Shape(expected, "batch_logprobs");
       std::vector<float> want = Get(expected, "batch_logprobs");
       const float* nemo = want.data() + static_cast<size_t>(i) * shape[1] * shape[2];
@@ -214,6 +219,7 @@ INSTANTIATE_TEST_SUITE_P(
     Nemo, ParityTest,
     testing::Values(Param{"quartznet_small", BackendKind::kFused},
                     Param{"quartznet_small", BackendKind::kReference},
+                    Param{"quartznet_small_legacy", BackendKind::kFused},
                     Param{"jasper_dr_small", BackendKind::kFused},
                     Param{"jasper_dr_small", BackendKind::kReference}),
     ParamName);

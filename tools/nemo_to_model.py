@@ -92,7 +92,9 @@ def read_nemo_archive(path):
     except ConversionError:
         raise
     except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
-        fail(f"{path}: not a readable .nemo tar archive (plain or gzip): {e}")
+        detail = " ".join(str(e).split())
+        fail(f"{path}: not a readable .nemo tar archive (plain or gzip); truncated or corrupt? "
+             f"({detail})")
     missing = [k for k, v in wanted.items() if v is None]
     if missing:
         fail(f"{path}: archive lacks member(s) {', '.join('./' + m for m in missing)} "
@@ -311,6 +313,21 @@ def _check_no_interpolation(obj, where):
 def _target_name(section):
     t = section.get("_target_") or section.get("cls") or ""
     return str(t).rsplit(".", 1)[-1]
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """SafeLoader that also reads YAML 1.2 floats such as 1e-5 (PyYAML's YAML 1.1 resolver
+    returns them as strings; OmegaConf, which wrote the file, reads them as floats)."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                |[-+]?\.(?:inf|Inf|INF)
+                |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
 
 
 def parse_version(text):
@@ -617,7 +634,7 @@ def decide_stft_mode(requested, cfg):
 def convert(nemo_path, out_dir, name=None, stft_mode="auto", force=False, log=print):
     cfg_bytes, ckpt_bytes, _ = read_nemo_archive(nemo_path)
     try:
-        cfg = yaml.safe_load(cfg_bytes.decode("utf-8"))
+        cfg = yaml.load(cfg_bytes.decode("utf-8"), Loader=_YamlLoader)
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         fail(f"model_config.yaml is not valid YAML: {e}")
     if not isinstance(cfg, dict):
@@ -664,6 +681,11 @@ def convert(nemo_path, out_dir, name=None, stft_mode="auto", force=False, log=pr
     if not _is_int(num_classes) or num_classes != len(labels):
         fail(f"decoder.num_classes {num_classes!r} != number of labels {len(labels)}")
 
+    decoding = cfg.get("decoding")
+    if isinstance(decoding, dict) and decoding.get("temperature", 1.0) not in (1, 1.0, None):
+        print(f"warning: decoding.temperature={decoding['temperature']} is not recorded in "
+              f"model.json (it scales NeMo's log-probs; greedy argmax is unaffected)",
+              file=sys.stderr)
     mode, mode_note = decide_stft_mode(stft_mode, cfg)
     pre, win_length = build_preprocessor(cfg.get("preprocessor"), sample_rate, mode)
     enc, out_blocks, enc_out = build_encoder(cfg.get("encoder"))
@@ -820,6 +842,11 @@ def main(argv=None):
                 force=args.force, log=lambda m: print(m, file=sys.stderr))
     except ConversionError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+        # A value of an unexpected type somewhere in model_config.yaml.
+        print(f"error: {args.nemo}: malformed model config ({type(e).__name__}: {e})",
+              file=sys.stderr)
         return 2
     return 0
 

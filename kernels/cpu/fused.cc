@@ -1,54 +1,65 @@
-// Fused CPU sub-block: time-tiled depthwise (or im2col) + one SGEMM per tile + residual SGEMMs
-// accumulating into the same output tile + one epilogue pass (bias, activation).
+// Fused CPU sub-block, time-tiled. Per utterance, output frames [0, out_len) are cut into tiles
+// of kTileFrames frames; frames at or past out_len are only zero-filled. Per tile:
+//   separable: depthwise conv into workspace [tile, C_in], then one SGEMM with the pointwise W;
+//   dense K=1: one SGEMM straight on the rows of x;
+//   dense K>1: K SGEMMs, one per tap, on shifted (strided) views of x, summed into the tile;
+// then one SGEMM (beta=1) per residual branch into the same tile, and one epilogue pass (bias,
+// activation). Masking is applied when staging the input rows a tile reads (masked rows become
+// zeros), so the inner loops never test bounds or read masked frames; an interior dense tile
+// reads x in place.
 //
-// Per utterance, output frames [0, out_len) are cut into tiles of `TileFrames(desc)` frames;
-// frames at or past out_len are only zero-filled. For a tile, the input window it reads is used
-// in place when it lies inside [0, in_len); otherwise (the edges) it is first copied into a
-// zero-padded staging buffer, so the inner loops never test bounds and never read masked frames.
-#include <algorithm>
+// Separable: the tile's input window is staged channel-blocked, [C/16][rows][16], and the
+// depthwise weights packed the same way, [C/16][K][16]. Row-major x with power-of-two channel
+// counts (256, 512, 1024) puts every tap of a 16-channel column in the same few L1 sets; the
+// blocked copy keeps a column's window contiguous so the tap loop runs from L1.
+//
+// Dense uses per-tap GEMMs rather than im2col + one GEMM: OpenBLAS repacks the whole weight
+// matrix on every call, so the GEMM M (= tile) must be large, and an im2col tile of 256 frames
+// would need 256*K*C_in floats (26 MB for Jasper's K=29, C=896). The per-tap form needs only
+// the staged window; measured on C=768..896, K=25..29 (one core): im2col with a 64-frame tile
+// 48-60 GFLOP/s, per-tap GEMMs with a 256-frame tile 77-82 GFLOP/s.
 #include <cblas.h>
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/sub_block.h"
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define JASPER_X86_DISPATCH 1
-#define JASPER_ALWAYS_INLINE inline __attribute__((always_inline))
 #else
 #define JASPER_X86_DISPATCH 0
-#define JASPER_ALWAYS_INLINE inline
 #endif
+#define JASPER_ALWAYS_INLINE inline __attribute__((always_inline))
 
 namespace jasper::kernels {
 namespace {
 
 using Index = std::ptrdiff_t;
 
-// Output frames per tile. 64 keeps the depthwise tile (64 x C_in) in L2 for C_in <= 1024 and
-// amortises OpenBLAS's per-call packing of the weight matrix; see the timing notes in the report.
-constexpr int kSeparableTile = 64;
-// im2col rows are K*C_in wide, so the dense tile shrinks with the row width to bound the
-// workspace (~kDenseColumnBudget floats), but never below kMinDenseTile frames.
-constexpr Index kDenseColumnBudget = Index{1} << 20;
-constexpr int kMaxDenseTile = 64;
-constexpr int kMinDenseTile = 16;
+// Output frames per tile. Measured (one core, Zen 2) on separable C=256/512, K=33..87 and dense
+// C=256..1024: 64 -> 128 -> 256 frames went ~70 -> ~75 -> ~83 GFLOP/s as OpenBLAS's per-call
+// packing of the weights is amortised; 384 and 512 were no better. The workspace stays a few MB
+// (C=1024 separable: ~2.3 MB).
+constexpr int kTileFrames = 256;
 
-// Channels per register block in the depthwise kernel and output frames sharing each loaded
-// weight vector: 4 frames x 16 channels = 8 AVX accumulators, leaving registers for the loads.
-constexpr int kChannelBlock = 16;
-constexpr int kFrameBlock = 4;
+// GNU vector extension: 8 floats, one AVX register (two SSE registers in the baseline build).
+// Used instead of plain loops because GCC keeps an array of accumulators in memory (on the
+// stack) across the tap loop, which ran ~4x slower than register accumulators.
+typedef float Vec8 __attribute__((vector_size(32)));
+constexpr int kVecWidth = 8;
+// Channels per depthwise block (two vectors), and output frames sharing each loaded weight
+// vector: 6 x 2 = 12 accumulators cover the FMA latency x throughput (5 x 2 on Zen 2) and, with
+// the 2 weight vectors, fit the 16 AVX registers (the input is read by the FMAs' memory operand).
+// Staged buffers are 64-byte aligned: unaligned 32-byte loads that split cache lines cost ~1/3
+// of the depthwise throughput.
+constexpr int kChannelBlock = 2 * kVecWidth;
+constexpr int kFrameBlock = 6;
 
-bool IsPointwiseDense(const SubBlockDesc& desc) {
-  return !desc.separable && desc.kernel_size == 1;
-}
+int ChannelBlocks(int channels) { return (channels + kChannelBlock - 1) / kChannelBlock; }
 
-int TileFrames(const SubBlockDesc& desc) {
-  if (desc.separable || IsPointwiseDense(desc)) return kSeparableTile;
-  const Index row = static_cast<Index>(desc.kernel_size) * desc.in_channels;
-  const Index tile = kDenseColumnBudget / row;
-  return static_cast<int>(std::clamp<Index>(tile, kMinDenseTile, kMaxDenseTile));
-}
+bool IsPointwiseDense(const SubBlockDesc& desc) { return !desc.separable && desc.kernel_size == 1; }
 
 // Input rows spanned by a tile of `frames` output frames.
 Index WindowRows(const SubBlockDesc& desc, int frames) {
@@ -61,8 +72,8 @@ int ClampedLength(const int* lengths, int b, int extent) {
   return std::clamp(lengths[b], 0, extent);
 }
 
-// Copies input rows [first, first + rows) of one utterance into `dst`, zero where the row is
-// masked (outside [0, in_len)).
+// Copies input rows [first, first + rows) of one utterance into `dst` ([rows, channels]), zero
+// where the row is masked (outside [0, in_len)).
 void StageRows(const float* xb, int in_len, Index first, Index rows, int channels, float* dst) {
   const Index begin = std::clamp<Index>(-first, 0, rows);
   const Index end = std::clamp<Index>(in_len - first, begin, rows);
@@ -74,71 +85,135 @@ void StageRows(const float* xb, int in_len, Index first, Index rows, int channel
   if (rows > end) std::memset(dst + end * channels, 0, row_bytes * (rows - end));
 }
 
-// Depthwise conv of `frames` consecutive output frames. Output frame f, tap k reads the row at
-// src + f*row_step + k*tap_step; every such row must be readable (valid input or staged zeros).
-// The accumulators are fixed-size arrays indexed by constant-trip loops, so GCC unrolls them
-// into vector registers and each loaded weight vector serves `Frames` output frames.
-template <int Frames>
-JASPER_ALWAYS_INLINE void DepthwiseFrames(const float* __restrict src, Index row_step,
-                                          Index tap_step, const float* __restrict w, int taps,
-                                          int channels, float* __restrict out) {
-  int c0 = 0;
-  for (; c0 + kChannelBlock <= channels; c0 += kChannelBlock) {
-    float acc[Frames][kChannelBlock] = {};
-    for (int k = 0; k < taps; ++k) {
-      const float* __restrict wk = w + static_cast<Index>(k) * channels + c0;
-      const float* __restrict xk = src + k * tap_step + c0;
-      for (int f = 0; f < Frames; ++f) {
-        for (int j = 0; j < kChannelBlock; ++j) acc[f][j] += wk[j] * xk[f * row_step + j];
+// Same rows, channel-blocked: dst[blk * block_stride + r * 16 + j] = x[first + r][blk * 16 + j],
+// zero where masked and for the padding channels of the last block.
+void StageRowsBlocked(const float* xb, int in_len, Index first, Index rows, int channels,
+                      Index block_stride, float* dst) {
+  const int blocks = ChannelBlocks(channels);
+  for (Index r = 0; r < rows; ++r) {
+    const Index row = first + r;
+    float* d = dst + r * kChannelBlock;
+    if (row < 0 || row >= in_len) {
+      for (int blk = 0; blk < blocks; ++blk) {
+        std::memset(d + blk * block_stride, 0, sizeof(float) * kChannelBlock);
       }
+      continue;
     }
-    for (int f = 0; f < Frames; ++f) {
-      for (int j = 0; j < kChannelBlock; ++j) out[f * channels + c0 + j] = acc[f][j];
+    const float* s = xb + row * channels;
+    const int full = channels / kChannelBlock;
+    for (int blk = 0; blk < full; ++blk) {
+      std::memcpy(d + blk * block_stride, s + blk * kChannelBlock, sizeof(float) * kChannelBlock);
     }
-  }
-  // Channel tail (channel counts that are not a multiple of the block; real models have none).
-  for (int c = c0; c < channels; ++c) {
-    for (int f = 0; f < Frames; ++f) {
-      float acc = 0.0f;
-      for (int k = 0; k < taps; ++k) {
-        acc += w[static_cast<Index>(k) * channels + c] * src[f * row_step + k * tap_step + c];
-      }
-      out[f * channels + c] = acc;
+    if (full < blocks) {
+      const int rest = channels - full * kChannelBlock;
+      float* tail = d + full * block_stride;
+      std::memcpy(tail, s + full * kChannelBlock, sizeof(float) * rest);
+      std::memset(tail + rest, 0, sizeof(float) * (kChannelBlock - rest));
     }
   }
 }
 
-JASPER_ALWAYS_INLINE void DepthwiseTileImpl(const float* src, Index row_step, Index tap_step,
-                                            const float* w, int taps, int channels, int frames,
-                                            float* out) {
-  int f = 0;
-  for (; f + kFrameBlock <= frames; f += kFrameBlock) {
-    DepthwiseFrames<kFrameBlock>(src + f * row_step, row_step, tap_step, w, taps, channels,
-                                 out + static_cast<Index>(f) * channels);
+// Depthwise weights [K, C] -> [C/16][K][16], zero-padded channels.
+void PackDepthwise(const float* w, int taps, int channels, float* dst) {
+  const int blocks = ChannelBlocks(channels);
+  for (int blk = 0; blk < blocks; ++blk) {
+    const int c0 = blk * kChannelBlock;
+    const int n = std::min(kChannelBlock, channels - c0);
+    for (int k = 0; k < taps; ++k) {
+      float* d = dst + (static_cast<Index>(blk) * taps + k) * kChannelBlock;
+      std::memcpy(d, w + static_cast<Index>(k) * channels + c0, sizeof(float) * n);
+      std::memset(d + n, 0, sizeof(float) * (kChannelBlock - n));
+    }
   }
-  for (; f < frames; ++f) {
-    DepthwiseFrames<1>(src + f * row_step, row_step, tap_step, w, taps, channels,
-                       out + static_cast<Index>(f) * channels);
+}
+
+// Unaligned load/store. Vectors go by pointer: a by-value 32-byte vector changes the ABI between
+// the baseline and the AVX2 build (-Wpsabi), although these are always inlined.
+JASPER_ALWAYS_INLINE void LoadVec(const float* p, Vec8* v) { std::memcpy(v, p, sizeof(*v)); }
+JASPER_ALWAYS_INLINE void StoreVec(const Vec8* v, float* p) { std::memcpy(p, v, sizeof(*v)); }
+
+// Depthwise conv of `Frames` consecutive output frames for one 16-channel block. `window` is the
+// block's staged input ([rows][16]): frame f, tap k reads row f*stride + k*dilation. `w` is the
+// block's packed weights ([K][16]). Writes `valid` (<= 16) channels of each frame to `out`.
+template <int Frames>
+JASPER_ALWAYS_INLINE void DepthwiseBlock(const float* __restrict window, Index row_step,
+                                         Index tap_step, const float* __restrict w, int taps,
+                                         float* __restrict out, Index out_stride, int valid) {
+  Vec8 acc[Frames][2];
+  for (int f = 0; f < Frames; ++f) acc[f][0] = acc[f][1] = Vec8{};
+  const float* xk = window;
+  for (int k = 0; k < taps; ++k, xk += tap_step) {
+    Vec8 w0, w1;
+    LoadVec(w + k * kChannelBlock, &w0);
+    LoadVec(w + k * kChannelBlock + kVecWidth, &w1);
+    for (int f = 0; f < Frames; ++f) {
+      Vec8 x0, x1;
+      LoadVec(xk + f * row_step, &x0);
+      LoadVec(xk + f * row_step + kVecWidth, &x1);
+      acc[f][0] += w0 * x0;
+      acc[f][1] += w1 * x1;
+    }
+  }
+  for (int f = 0; f < Frames; ++f) {
+    float* o = out + f * out_stride;
+    if (valid == kChannelBlock) {
+      StoreVec(&acc[f][0], o);
+      StoreVec(&acc[f][1], o + kVecWidth);
+    } else {
+      float lanes[kChannelBlock];
+      StoreVec(&acc[f][0], lanes);
+      StoreVec(&acc[f][1], lanes + kVecWidth);
+      std::memcpy(o, lanes, sizeof(float) * valid);
+    }
+  }
+}
+
+// Depthwise conv of a whole tile: out[frames, channels] from the channel-blocked window.
+JASPER_ALWAYS_INLINE void DepthwiseTileImpl(const float* window, Index block_stride, int stride,
+                                            int dilation, const float* packed_w, int taps,
+                                            int channels, int frames, float* out) {
+  const Index row_step = static_cast<Index>(stride) * kChannelBlock;
+  const Index tap_step = static_cast<Index>(dilation) * kChannelBlock;
+  for (int blk = 0; blk < ChannelBlocks(channels); ++blk) {
+    const int c0 = blk * kChannelBlock;
+    const int valid = std::min(kChannelBlock, channels - c0);
+    const float* win = window + blk * block_stride;
+    const float* w = packed_w + static_cast<Index>(blk) * taps * kChannelBlock;
+    int f = 0;
+    for (; f + kFrameBlock <= frames; f += kFrameBlock) {
+      DepthwiseBlock<kFrameBlock>(win + f * row_step, row_step, tap_step, w, taps,
+                                  out + static_cast<Index>(f) * channels + c0, channels, valid);
+    }
+    // Leftover frames: 2 at a time, then 1.
+    for (; f + 2 <= frames; f += 2) {
+      DepthwiseBlock<2>(win + f * row_step, row_step, tap_step, w, taps,
+                        out + static_cast<Index>(f) * channels + c0, channels, valid);
+    }
+    if (f < frames) {
+      DepthwiseBlock<1>(win + f * row_step, row_step, tap_step, w, taps,
+                        out + static_cast<Index>(f) * channels + c0, channels, valid);
+    }
   }
 }
 
 // The build targets baseline x86-64 (SSE2); the depthwise loop is the only hand-written hot
 // loop, so it gets an AVX2+FMA clone picked at run time. The GEMMs are OpenBLAS's own kernels.
-void DepthwiseTileGeneric(const float* src, Index row_step, Index tap_step, const float* w,
-                          int taps, int channels, int frames, float* out) {
-  DepthwiseTileImpl(src, row_step, tap_step, w, taps, channels, frames, out);
+void DepthwiseTileGeneric(const float* window, Index block_stride, int stride, int dilation,
+                          const float* packed_w, int taps, int channels, int frames, float* out) {
+  DepthwiseTileImpl(window, block_stride, stride, dilation, packed_w, taps, channels, frames, out);
 }
 
 #if JASPER_X86_DISPATCH
-__attribute__((target("avx2,fma"))) void DepthwiseTileAvx2(const float* src, Index row_step,
-                                                           Index tap_step, const float* w,
-                                                           int taps, int channels, int frames,
-                                                           float* out) {
-  DepthwiseTileImpl(src, row_step, tap_step, w, taps, channels, frames, out);
+__attribute__((target("avx2,fma"))) void DepthwiseTileAvx2(const float* window, Index block_stride,
+                                                           int stride, int dilation,
+                                                           const float* packed_w, int taps,
+                                                           int channels, int frames, float* out) {
+  DepthwiseTileImpl(window, block_stride, stride, dilation, packed_w, taps, channels, frames, out);
 }
 #endif
 
-using DepthwiseTileFn = void (*)(const float*, Index, Index, const float*, int, int, int, float*);
+using DepthwiseTileFn = void (*)(const float*, Index, int, int, const float*, int, int, int,
+                                 float*);
 
 DepthwiseTileFn SelectDepthwiseTile() {
 #if JASPER_X86_DISPATCH
@@ -154,7 +229,7 @@ DepthwiseTileFn DepthwiseTile() {
   return fn;
 }
 
-// y[m, n] = act(y + bias), one pass over the tile.
+// y[rows, cols] = act(y + bias), one pass over the tile.
 void Epilogue(const float* __restrict bias, Activation activation, int rows, int cols,
               float* __restrict y) {
   const bool relu = activation == Activation::kRelu;
@@ -181,18 +256,47 @@ void Gemm(int rows, int n, int k, const float* a, int lda, const float* b, float
               n);
 }
 
+// Offsets in floats rounded up to whole cache lines.
+constexpr Index kLineFloats = 64 / sizeof(float);
+Index RoundToLine(Index floats) { return (floats + kLineFloats - 1) / kLineFloats * kLineFloats; }
+
+// The caller's workspace need not be aligned: align its start to a cache line (the workspace
+// size includes the slack for that).
+float* AlignToLine(float* p) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t line = kLineFloats * sizeof(float);
+  return reinterpret_cast<float*>((address + line - 1) / line * line);
+}
+
+// Workspace layout for a separable sub-block (offsets in floats from the aligned start).
+struct SeparableLayout {
+  Index block_stride;  // floats per channel block of the window: 16 x rows of a full tile
+  Index dw_out;        // [tile, C_in] depthwise output, the GEMM's A
+  Index window;        // [C_in/16][rows][16] staged input
+  Index weights;       // [C_in/16][K][16] packed depthwise weights
+  Index total;
+};
+
+SeparableLayout LayoutSeparable(const SubBlockDesc& desc) {
+  const int tile = kTileFrames;
+  const Index padded = static_cast<Index>(ChannelBlocks(desc.in_channels)) * kChannelBlock;
+  SeparableLayout l;
+  l.block_stride = WindowRows(desc, tile) * kChannelBlock;
+  l.dw_out = 0;
+  l.window = RoundToLine(l.dw_out + static_cast<Index>(tile) * desc.in_channels);
+  l.weights = l.window + l.block_stride * ChannelBlocks(desc.in_channels);
+  l.total = l.weights + static_cast<Index>(desc.kernel_size) * padded + kLineFloats;
+  return l;
+}
+
 }  // namespace
 
 std::size_t FusedSubBlockWorkspaceFloats(const SubBlockDesc& desc) {
   if (!IsValid(desc)) return 0;
-  const int tile = TileFrames(desc);
-  const std::size_t c_in = desc.in_channels;
-  if (desc.separable) {
-    // Depthwise tile output + the staging window for edge tiles.
-    return (tile + static_cast<std::size_t>(WindowRows(desc, tile))) * c_in;
-  }
+  if (desc.separable) return static_cast<std::size_t>(LayoutSeparable(desc).total);
   if (IsPointwiseDense(desc)) return 0;  // GEMM straight on x rows.
-  return static_cast<std::size_t>(tile) * desc.kernel_size * c_in;  // im2col rows
+  // Dense: the staged input window of an edge tile.
+  return static_cast<std::size_t>(WindowRows(desc, kTileFrames)) * desc.in_channels;
 }
 
 void FusedSubBlockCpu(const SubBlockDesc& desc, const SubBlockWeights& weights, const float* x,
@@ -205,14 +309,16 @@ void FusedSubBlockCpu(const SubBlockDesc& desc, const SubBlockWeights& weights, 
   const int stride = desc.stride;
   const int in_time = geometry.in_time;
   const int out_time = geometry.out_time;
-  const int tile = TileFrames(desc);
-  const Index row_step = static_cast<Index>(stride) * c_in;
-  const Index tap_step = static_cast<Index>(desc.dilation) * c_in;
-  const DepthwiseTileFn depthwise_tile = desc.separable ? DepthwiseTile() : nullptr;
-  float* const dw_out = workspace;  // separable: [tile, C_in]
-  float* const stage = workspace + static_cast<Index>(tile) * c_in;
-  float* const columns = workspace;  // dense: [tile, K*C_in]
-  const Index column_width = static_cast<Index>(taps) * c_in;
+  const int tile = kTileFrames;
+
+  DepthwiseTileFn depthwise_tile = nullptr;
+  SeparableLayout layout{};
+  if (desc.separable) {
+    depthwise_tile = DepthwiseTile();
+    layout = LayoutSeparable(desc);
+    workspace = AlignToLine(workspace);
+    PackDepthwise(weights.depthwise, taps, c_in, workspace + layout.weights);
+  }
 
   for (int b = 0; b < geometry.batch; ++b) {
     const int in_len = ClampedLength(geometry.in_lengths, b, in_time);
@@ -227,57 +333,55 @@ void FusedSubBlockCpu(const SubBlockDesc& desc, const SubBlockWeights& weights, 
     for (int t0 = 0; t0 < out_len; t0 += tile) {
       const int frames = std::min(tile, out_len - t0);
       float* y_tile = yb + static_cast<Index>(t0) * c_out;
-      // First input row read by the tile (tap 0 of frame t0) and the rows it spans.
+      // First input row read by the tile (tap 0 of frame t0).
       const Index first = static_cast<Index>(t0) * stride - desc.padding;
-      const Index rows = WindowRows(desc, frames);
 
       if (desc.separable) {
-        const float* src = stage;
-        if (first >= 0 && first + rows <= in_len) {
-          src = xb + first * c_in;
-        } else {
-          StageRows(xb, in_len, first, rows, c_in, stage);
-        }
-        depthwise_tile(src, row_step, tap_step, weights.depthwise, taps, c_in, frames, dw_out);
+        // The window is laid out for a full tile; a short last tile stages only its rows.
+        float* window = workspace + layout.window;
+        float* dw_out = workspace + layout.dw_out;
+        StageRowsBlocked(xb, in_len, first, WindowRows(desc, frames), c_in, layout.block_stride,
+                         window);
+        depthwise_tile(window, layout.block_stride, stride, desc.dilation,
+                       workspace + layout.weights, taps, c_in, frames, dw_out);
         Gemm(frames, c_out, c_in, dw_out, c_in, weights.weight, 0.0f, y_tile);
       } else if (IsPointwiseDense(desc)) {
         // 1x1 conv: frame t reads input row t*stride - padding. The frames whose row is valid
-        // form one range; GEMM on x in place (lda = stride*C_in), zero the rest of the tile.
-        // ceil((padding - first) / stride) for the lowest frame with a row >= 0.
-        const Index lo = std::clamp<Index>(first >= 0 ? 0 : (-first + stride - 1) / stride, 0,
-                                           frames);
-        const Index past = static_cast<Index>(in_len) - first;  // rows < in_len: f*s < past
+        // form one range [lo, hi): GEMM on x in place (lda = stride*C_in), zero the rest.
+        const Index lo =
+            std::clamp<Index>(first >= 0 ? 0 : (-first + stride - 1) / stride, 0, frames);
+        const Index past = static_cast<Index>(in_len) - first;  // valid rows: f*stride < past
         const Index hi = std::clamp<Index>(past <= 0 ? 0 : (past - 1) / stride + 1, lo, frames);
         if (lo > 0) std::memset(y_tile, 0, sizeof(float) * c_out * lo);
         if (hi > lo) {
           Gemm(static_cast<int>(hi - lo), c_out, c_in, xb + (first + lo * stride) * c_in,
-               static_cast<int>(row_step), weights.weight, 0.0f, y_tile + lo * c_out);
+               stride * c_in, weights.weight, 0.0f, y_tile + lo * c_out);
         }
         if (frames > hi) {
           std::memset(y_tile + hi * c_out, 0, sizeof(float) * c_out * (frames - hi));
         }
       } else {
-        // im2col: row f holds the K input rows of frame t0+f side by side (zero when masked).
-        // With dilation 1 the K rows are consecutive in x: one copy per frame.
-        for (int f = 0; f < frames; ++f) {
-          const Index row0 = first + static_cast<Index>(f) * stride;
-          float* dst = columns + f * column_width;
-          if (desc.dilation == 1) {
-            StageRows(xb, in_len, row0, taps, c_in, dst);
-            continue;
-          }
-          for (int k = 0; k < taps; ++k) {
-            StageRows(xb, in_len, row0 + static_cast<Index>(k) * desc.dilation, 1, c_in,
-                      dst + static_cast<Index>(k) * c_in);
-          }
+        // Dense as K shifted GEMMs: tap k of frame f reads row first + f*stride + k*dilation,
+        // so for each tap the tile's rows form a strided matrix (lda = stride*C_in) multiplied
+        // by W[k] ([C_in, C_out]) and summed into the tile. Interior tiles read x in place.
+        const Index rows = WindowRows(desc, frames);
+        const float* src = workspace;
+        if (first >= 0 && first + rows <= in_len) {
+          src = xb + first * c_in;
+        } else {
+          StageRows(xb, in_len, first, rows, c_in, workspace);
         }
-        Gemm(frames, c_out, static_cast<int>(column_width), columns,
-             static_cast<int>(column_width), weights.weight, 0.0f, y_tile);
+        for (int k = 0; k < taps; ++k) {
+          Gemm(frames, c_out, c_in, src + static_cast<Index>(k) * desc.dilation * c_in,
+               stride * c_in, weights.weight + static_cast<Index>(k) * c_in * c_out,
+               k == 0 ? 0.0f : 1.0f, y_tile);
+        }
       }
 
       // Residual branches (read only at valid output frames) accumulate into the tile.
       for (int p = 0; p < num_residuals; ++p) {
         const ResidualInput& r = residuals[p];
+        if (r.channels <= 0) continue;  // nothing to add (and an illegal lda for BLAS)
         const float* xr = r.x + (static_cast<Index>(b) * out_time + t0) * r.channels;
         Gemm(frames, c_out, r.channels, xr, r.channels, r.weight, 1.0f, y_tile);
       }

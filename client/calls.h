@@ -1,0 +1,63 @@
+// One recognition call of jasper-client: a streaming call (config, audio chunks at real time or
+// as fast as flow control allows, optional force_final controls, half-close) or an offline
+// Recognize. Measures latencies into LoadStats.
+//
+// Thread-safety: each function runs one call on the calling thread (a streaming call starts one
+// writer thread of its own); the stub and LoadStats may be shared across threads.
+#ifndef JASPER_CLIENT_CALLS_H_
+#define JASPER_CLIENT_CALLS_H_
+
+#include <string>
+#include <vector>
+
+#include "client/latency_stats.h"
+#include "client/wav_header.h"
+#include "grpcpp/grpcpp.h"
+#include "jasper/asr/v1/asr.grpc.pb.h"
+
+namespace jasper::client {
+
+// A file to send, as bytes (WAV header included) plus where its samples are.
+struct AudioFile {
+  std::string path;
+  std::string bytes;
+  WavHeader header;  // for raw PCM files: a synthesized header with data_offset 0
+  bool is_wav = false;
+};
+
+// Reads `path`. A WAV file is described by its header; anything else is raw 16-bit mono PCM at
+// `raw_sample_rate_hz` (error when that is 0).
+absl::StatusOr<AudioFile> LoadAudioFile(const std::string& path, int raw_sample_rate_hz);
+
+struct CallOptions {
+  std::string model;
+  std::string language_code = "en-US";
+  int chunk_ms = 100;
+  bool simulate_realtime = false;
+  bool interim_results = false;
+  bool word_time_offsets = false;
+  bool speech_events = false;
+  int force_final_every_ms = 0;  // 0: never
+  int timeout_ms = 0;            // 0: 60 s + 2 x audio duration
+  bool verbose = false;          // print every response to stderr
+};
+
+struct CallResult {
+  grpc::Status status;
+  std::string transcript;  // final results joined with spaces
+  std::vector<jasper::asr::v1::WordInfo> words;
+  int interim_results = 0;
+  int final_results = 0;
+  double audio_s = 0.0;
+  double wall_ms = 0.0;
+};
+
+CallResult RunStreaming(jasper::asr::v1::Asr::Stub* stub, const AudioFile& file,
+                        const CallOptions& options, LoadStats* stats);
+
+CallResult RunOffline(jasper::asr::v1::Asr::Stub* stub, const AudioFile& file,
+                      const CallOptions& options, LoadStats* stats);
+
+}  // namespace jasper::client
+
+#endif  // JASPER_CLIENT_CALLS_H_

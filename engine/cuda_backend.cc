@@ -1,0 +1,610 @@
+#include "engine/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/sub_block_cuda.h"
+#include "kernels/cuda/weight_pack.h"
+#include "kernels/sub_block.h"
+
+namespace jasper {
+namespace {
+
+namespace kc = kernels::cuda;
+
+absl::Status CudaStatus(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  std::string message = absl::StrCat("CUDA backend: ", what, ": ", cudaGetErrorString(error));
+  if (error == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(message);
+  return absl::InternalError(message);
+}
+
+absl::Status KernelStatus(const kc::Result& result, const std::string& what) {
+  if (result.ok()) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("CUDA backend: ", what, ": ", result.message));
+}
+
+// Owning device allocation; grows (never shrinks) on Reserve.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { Release(); }
+
+  absl::Status Reserve(std::size_t bytes) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    Release();
+    void* ptr = nullptr;
+    if (absl::Status s = CudaStatus(cudaMalloc(&ptr, bytes), "cudaMalloc"); !s.ok()) return s;
+    ptr_ = ptr;
+    bytes_ = bytes;
+    return absl::OkStatus();
+  }
+  void Release() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  void* get() const { return ptr_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// Owning page-locked host allocation (async copies need it).
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() { Release(); }
+
+  absl::Status Reserve(std::size_t bytes) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    Release();
+    void* ptr = nullptr;
+    if (absl::Status s = CudaStatus(cudaMallocHost(&ptr, bytes), "cudaMallocHost"); !s.ok()) {
+      return s;
+    }
+    ptr_ = ptr;
+    bytes_ = bytes;
+    return absl::OkStatus();
+  }
+  void Release() {
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// One sub-block's packed weights on the device.
+struct DeviceSubBlock {
+  DeviceBuffer weight;
+  DeviceBuffer depthwise;
+  DeviceBuffer bias;
+  kc::DeviceSubBlock view;
+};
+
+// Activation ids: 0 = encoder input (features), 1 + b = output of encoder block b.
+int ActivationOfSource(int residual_source) { return residual_source + 1; }
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(std::shared_ptr<const Model> model, const BackendOptions& options,
+              CudaPrecision precision)
+      : model_(std::move(model)),
+        options_(options),
+        precision_(precision),
+        elem_bytes_(kc::PrecisionBytes(precision)) {}
+
+  ~CudaBackend() override {
+    cudaSetDevice(options_.cuda_device);
+    if (stream_ != nullptr) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
+    // The buffers free themselves after this, on the device made current above.
+  }
+
+  absl::Status Init();
+  std::string name() const override { return absl::StrCat("cuda:", options_.cuda_device); }
+  absl::Status Run(const FeatureBatch& input, BackendOutput* output) override;
+
+ private:
+  absl::Status Upload(const void* host, std::size_t bytes, DeviceBuffer* buffer);
+  absl::Status PackOne(const FoldedSubBlock& sub, DeviceSubBlock* out);
+  void PlanSlots();
+  // Largest activation time reached anywhere in the model for `frames` input frames.
+  int MaxTime(int frames) const;
+  absl::Status Reserve(int batch, int frames);
+  std::size_t ActivationBytes(std::size_t elements) const { return elements * elem_bytes_; }
+
+  std::shared_ptr<const Model> model_;
+  BackendOptions options_;
+  CudaPrecision precision_;
+  std::size_t elem_bytes_;
+  cudaStream_t stream_ = nullptr;
+  int device_smem_limit_ = 0;
+
+  std::vector<std::vector<DeviceSubBlock>> blocks_;  // [block][sub-block]
+  DeviceSubBlock decoder_;
+  int num_sub_blocks_ = 0;
+
+  std::vector<int> slot_of_block_;
+  int max_channels_ = 0;
+  int vocab_ = 0;
+  int reserved_batch_ = 0;
+  int reserved_frames_ = 0;
+
+  // Device buffers (elements of the run precision unless stated).
+  std::vector<DeviceBuffer> slots_;
+  DeviceBuffer scratch_[2];
+  DeviceBuffer input_;         // [batch, frames, feat_in]
+  DeviceBuffer features_f32_;  // FP32 staging for the cast (FP16/BF16 runs only)
+  DeviceBuffer logits_;        // [batch, time, vocab]
+  DeviceBuffer lengths_;       // int32 [num_sub_blocks + 1, batch]
+  DeviceBuffer ids_;           // int32 [batch, time]
+  DeviceBuffer best_;          // FP32 [batch, time]
+  DeviceBuffer log_probs_;     // FP32 [batch, time, vocab] (keep_log_probs only)
+  // Pinned host staging.
+  PinnedBuffer features_host_;
+  PinnedBuffer lengths_host_;
+  PinnedBuffer ids_host_;
+  PinnedBuffer best_host_;
+  PinnedBuffer log_probs_host_;
+};
+
+absl::Status CudaBackend::Upload(const void* host, std::size_t bytes, DeviceBuffer* buffer) {
+  if (bytes == 0) return absl::OkStatus();
+  if (absl::Status s = buffer->Reserve(bytes); !s.ok()) return s;
+  return CudaStatus(cudaMemcpy(buffer->get(), host, bytes, cudaMemcpyHostToDevice),
+                    "weight upload");
+}
+
+absl::Status CudaBackend::PackOne(const FoldedSubBlock& sub, DeviceSubBlock* out) {
+  kernels::SubBlockWeights weights;
+  weights.depthwise = sub.depthwise.empty() ? nullptr : sub.depthwise.data();
+  weights.weight = sub.weight.data();
+  weights.bias = sub.bias.empty() ? nullptr : sub.bias.data();
+  std::vector<const float*> residual_weights;
+  for (const auto& w : sub.residual_weights) residual_weights.push_back(w.data());
+  const int num_residuals = static_cast<int>(sub.residual_channels.size());
+  if (static_cast<int>(residual_weights.size()) != num_residuals) {
+    return absl::InternalError("CUDA backend: residual weights and channels disagree");
+  }
+  kc::PackedSubBlock packed;
+  std::string error;
+  if (!kc::PackSubBlock(sub.desc, weights, residual_weights.data(), sub.residual_channels.data(),
+                        num_residuals, precision_, &packed, &error)) {
+    return absl::FailedPreconditionError(absl::StrCat("CUDA backend: ", error));
+  }
+  const int smem = kc::FusedSubBlockSmemBytes(sub.desc, precision_);
+  if (smem > device_smem_limit_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CUDA backend: a sub-block with kernel_size ", sub.desc.kernel_size,
+                     " and dilation ", sub.desc.dilation, " needs ", smem,
+                     " bytes of shared memory; the device has ", device_smem_limit_));
+  }
+  if (absl::Status s = Upload(packed.weight.data(), packed.weight.size(), &out->weight); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          Upload(packed.depthwise.data(), packed.depthwise.size() * sizeof(float), &out->depthwise);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Upload(packed.bias.data(), packed.bias.size() * sizeof(float), &out->bias);
+      !s.ok()) {
+    return s;
+  }
+  kc::DeviceSubBlock& view = out->view;
+  view.desc = sub.desc;
+  view.n_padded = packed.n_padded;
+  view.k_steps = packed.k_steps;
+  view.num_residuals = num_residuals;
+  for (int p = 0; p < num_residuals; ++p) view.residual_channels[p] = sub.residual_channels[p];
+  view.weight = out->weight.get();
+  view.depthwise = sub.desc.separable ? out->depthwise.as<const float>() : nullptr;
+  view.bias = out->bias.as<const float>();
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Init() {
+  const int count = kc::CudaDeviceCount();
+  if (count == 0) {
+    return absl::FailedPreconditionError(
+        "device 'cuda' requested but no CUDA GPU (or driver) is available; use --device=cpu");
+  }
+  if (options_.cuda_device >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda_device ", options_.cuda_device, " does not exist (", count, " GPUs)"));
+  }
+  if (absl::Status s = CudaStatus(cudaSetDevice(options_.cuda_device), "cudaSetDevice"); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CudaStatus(
+          cudaDeviceGetAttribute(&device_smem_limit_, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                 options_.cuda_device),
+          "cudaDeviceGetAttribute");
+      !s.ok()) {
+    return s;
+  }
+  int major = 0;
+  if (absl::Status s = CudaStatus(
+          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.cuda_device),
+          "cudaDeviceGetAttribute");
+      !s.ok()) {
+    return s;
+  }
+  if (major < 8) {
+    return absl::FailedPreconditionError(
+        "CUDA backend needs compute capability 8.0 or newer (cp.async, BF16 tensor cores)");
+  }
+  if (absl::Status s = CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                                  "cudaStreamCreate");
+      !s.ok()) {
+    return s;
+  }
+
+  const auto& blocks = model_->blocks();
+  blocks_.resize(blocks.size());
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    blocks_[b] = std::vector<DeviceSubBlock>(blocks[b].sub_blocks.size());
+    for (std::size_t j = 0; j < blocks[b].sub_blocks.size(); ++j) {
+      if (absl::Status s = PackOne(blocks[b].sub_blocks[j], &blocks_[b][j]); !s.ok()) return s;
+      ++num_sub_blocks_;
+    }
+  }
+  if (absl::Status s = PackOne(model_->decoder(), &decoder_); !s.ok()) return s;
+  vocab_ = model_->decoder().desc.out_channels;
+  PlanSlots();
+  return Reserve(options_.max_batch, options_.max_feature_frames);
+}
+
+void CudaBackend::PlanSlots() {
+  const auto& blocks = model_->blocks();
+  const int num_blocks = static_cast<int>(blocks.size());
+  // last_use[a]: the last block reading activation a (as input or residual source).
+  std::vector<int> last_use(num_blocks + 1, -1);
+  max_channels_ = std::max(model_->config().feat_in, vocab_);
+  for (int b = 0; b < num_blocks; ++b) {
+    last_use[b] = std::max(last_use[b], b);
+    for (const FoldedSubBlock& sub : blocks[b].sub_blocks) {
+      max_channels_ = std::max({max_channels_, sub.desc.in_channels, sub.desc.out_channels});
+      for (int source : sub.residual_sources) {
+        const int a = ActivationOfSource(source);
+        if (a >= 0 && a <= num_blocks) last_use[a] = std::max(last_use[a], b);
+      }
+    }
+  }
+  last_use[num_blocks] = num_blocks;  // the decoder reads the last block's output
+  slot_of_block_.assign(num_blocks, -1);
+  std::vector<int> occupant;  // slot -> activation id it holds
+  for (int b = 0; b < num_blocks; ++b) {
+    int chosen = -1;
+    for (int s = 0; s < static_cast<int>(occupant.size()); ++s) {
+      if (last_use[occupant[s]] < b) {
+        chosen = s;
+        break;
+      }
+    }
+    if (chosen < 0) {
+      chosen = static_cast<int>(occupant.size());
+      occupant.push_back(0);
+    }
+    occupant[chosen] = b + 1;
+    slot_of_block_[b] = chosen;
+  }
+  slots_ = std::vector<DeviceBuffer>(occupant.size());
+}
+
+int CudaBackend::MaxTime(int frames) const {
+  int time = frames;
+  int max_time = frames;
+  for (const FoldedBlock& block : model_->blocks()) {
+    for (const FoldedSubBlock& sub : block.sub_blocks) {
+      time = kernels::ConvOutputLength(sub.desc, time);
+      max_time = std::max(max_time, time);
+    }
+  }
+  return max_time;
+}
+
+absl::Status CudaBackend::Reserve(int batch, int frames) {
+  if (batch <= reserved_batch_ && frames <= reserved_frames_) return absl::OkStatus();
+  if (reserved_batch_ > 0) {
+    std::cerr << "jasper: CUDA backend grows its workspaces to batch "
+              << std::max(batch, reserved_batch_) << " x " << std::max(frames, reserved_frames_)
+              << " frames\n";
+  }
+  batch = std::max(batch, reserved_batch_);
+  frames = std::max(frames, reserved_frames_);
+  const std::size_t rows = static_cast<std::size_t>(batch) * MaxTime(frames);
+  const std::size_t act = rows * max_channels_;
+  const std::size_t feat = static_cast<std::size_t>(batch) * frames * model_->config().feat_in;
+  const std::size_t length_sets = static_cast<std::size_t>(num_sub_blocks_) + 1;
+  for (DeviceBuffer& slot : slots_) {
+    if (absl::Status s = slot.Reserve(ActivationBytes(act)); !s.ok()) return s;
+  }
+  for (DeviceBuffer& scratch : scratch_) {
+    if (absl::Status s = scratch.Reserve(ActivationBytes(act)); !s.ok()) return s;
+  }
+  std::vector<std::pair<DeviceBuffer*, std::size_t>> device = {
+      {&input_, ActivationBytes(feat)},
+      {&logits_, ActivationBytes(rows * vocab_)},
+      {&lengths_, sizeof(int) * length_sets * batch},
+      {&ids_, sizeof(int) * rows},
+      {&best_, sizeof(float) * rows}};
+  if (precision_ != CudaPrecision::kFp32) device.push_back({&features_f32_, sizeof(float) * feat});
+  if (options_.keep_log_probs) device.push_back({&log_probs_, sizeof(float) * rows * vocab_});
+  for (auto& [buffer, bytes] : device) {
+    if (absl::Status s = buffer->Reserve(bytes); !s.ok()) return s;
+  }
+  std::vector<std::pair<PinnedBuffer*, std::size_t>> pinned = {
+      {&features_host_, sizeof(float) * feat},
+      {&lengths_host_, sizeof(int) * length_sets * batch},
+      {&ids_host_, sizeof(int) * rows},
+      {&best_host_, sizeof(float) * rows}};
+  if (options_.keep_log_probs) pinned.push_back({&log_probs_host_, sizeof(float) * rows * vocab_});
+  for (auto& [buffer, bytes] : pinned) {
+    if (absl::Status s = buffer->Reserve(bytes); !s.ok()) return s;
+  }
+  reserved_batch_ = batch;
+  reserved_frames_ = frames;
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Run(const FeatureBatch& input, BackendOutput* output) {
+  const ModelConfig& config = model_->config();
+  if (input.data == nullptr || input.lengths == nullptr || output == nullptr) {
+    return absl::InvalidArgumentError("Run: null input, lengths or output");
+  }
+  if (input.batch < 1 || input.time < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Run: empty batch (batch=", input.batch, ", time=", input.time, ")"));
+  }
+  if (input.features != config.feat_in) {
+    return absl::InvalidArgumentError(absl::StrCat("Run: model expects ", config.feat_in,
+                                                   " features per frame, got ", input.features));
+  }
+  for (int b = 0; b < input.batch; ++b) {
+    if (input.lengths[b] < 0 || input.lengths[b] > input.time) {
+      return absl::InvalidArgumentError(absl::StrCat("Run: length ", input.lengths[b], " of item ",
+                                                     b, " outside [0, ", input.time, "]"));
+    }
+  }
+  if (absl::Status s = CudaStatus(cudaSetDevice(options_.cuda_device), "cudaSetDevice"); !s.ok()) {
+    return s;
+  }
+  // A previous Run that failed part-way may have left copies from the pinned buffers in
+  // flight; wait for them before refilling those buffers (instant when the stream is idle).
+  if (absl::Status s = CudaStatus(cudaStreamSynchronize(stream_), "previous run"); !s.ok()) {
+    return s;
+  }
+  const int batch = input.batch;
+  if (absl::Status s = Reserve(batch, input.time); !s.ok()) return s;
+
+  // Host-side plan: the time extent and lengths of every activation, exactly as the CPU
+  // backend computes them. Length set 0 = the input; set 1 + i = the output of sub-block i.
+  const auto& blocks = model_->blocks();
+  const int num_blocks = static_cast<int>(blocks.size());
+  int* lengths_host = lengths_host_.as<int>();
+  std::copy(input.lengths, input.lengths + batch, lengths_host);
+  std::vector<int> set_time(num_sub_blocks_ + 1);
+  set_time[0] = input.time;
+  {
+    int set = 0;
+    int time = input.time;
+    for (int b = 0; b < num_blocks; ++b) {
+      for (const FoldedSubBlock& sub : blocks[b].sub_blocks) {
+        const int out_time = kernels::ConvOutputLength(sub.desc, time);
+        if (out_time < 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "Run: input of ", input.time, " frames is too short for encoder block ", b));
+        }
+        const int* in_lengths = lengths_host + static_cast<std::size_t>(set) * batch;
+        int* out_lengths = lengths_host + static_cast<std::size_t>(set + 1) * batch;
+        for (int i = 0; i < batch; ++i) {
+          out_lengths[i] = kernels::ConvOutputLength(sub.desc, in_lengths[i]);
+        }
+        ++set;
+        set_time[set] = out_time;
+        time = out_time;
+      }
+    }
+  }
+
+  // Features: pageable -> pinned -> device (cast to the run precision on the device).
+  const std::size_t feat = static_cast<std::size_t>(batch) * input.time * input.features;
+  std::memcpy(features_host_.as<float>(), input.data, feat * sizeof(float));
+  void* feature_target = precision_ == CudaPrecision::kFp32 ? input_.get() : features_f32_.get();
+  if (absl::Status s =
+          CudaStatus(cudaMemcpyAsync(feature_target, features_host_.as<float>(),
+                                     feat * sizeof(float), cudaMemcpyHostToDevice, stream_),
+                     "features upload");
+      !s.ok()) {
+    return s;
+  }
+  if (precision_ != CudaPrecision::kFp32) {
+    if (absl::Status s = KernelStatus(kc::LaunchCastFromFloat(features_f32_.as<float>(), precision_,
+                                                              feat, input_.get(), stream_),
+                                      "feature cast");
+        !s.ok()) {
+      return s;
+    }
+  }
+  const std::size_t length_ints = static_cast<std::size_t>(num_sub_blocks_ + 1) * batch;
+  if (absl::Status s =
+          CudaStatus(cudaMemcpyAsync(lengths_.get(), lengths_host, length_ints * sizeof(int),
+                                     cudaMemcpyHostToDevice, stream_),
+                     "lengths upload");
+      !s.ok()) {
+    return s;
+  }
+  const int* lengths_device = lengths_.as<const int>();
+  auto device_lengths = [&](int set) {
+    return lengths_device + static_cast<std::size_t>(set) * batch;
+  };
+  auto host_lengths = [&](int set) { return lengths_host + static_cast<std::size_t>(set) * batch; };
+
+  // Per activation: device pointer, its length set.
+  std::vector<const void*> act_data(num_blocks + 1);
+  std::vector<int> act_set(num_blocks + 1);
+  act_data[0] = input_.get();
+  act_set[0] = 0;
+  if (options_.keep_block_outputs) {
+    output->block_outputs.assign(num_blocks, {});
+    output->block_time.assign(num_blocks, 0);
+  }
+  std::vector<const void*> residual_x;
+  int set = 0;
+  for (int b = 0; b < num_blocks; ++b) {
+    const FoldedBlock& block = blocks[b];
+    const void* x = act_data[b];
+    void* block_out = slots_[slot_of_block_[b]].get();
+    const int repeat = static_cast<int>(block.sub_blocks.size());
+    for (int j = 0; j < repeat; ++j) {
+      const FoldedSubBlock& sub = block.sub_blocks[j];
+      const int out_set = set + 1;
+      residual_x.clear();
+      for (int source : sub.residual_sources) {
+        const int a = ActivationOfSource(source);
+        if (a < 0 || a > b || set_time[act_set[a]] != set_time[out_set] ||
+            !std::equal(host_lengths(act_set[a]), host_lengths(act_set[a]) + batch,
+                        host_lengths(out_set))) {
+          return absl::InternalError(
+              absl::StrCat("Run: residual source of block ", b, " does not match its output"));
+        }
+        residual_x.push_back(act_data[a]);
+      }
+      void* y = (j == repeat - 1) ? block_out : scratch_[j % 2].get();
+      kc::DeviceGeometry geometry;
+      geometry.batch = batch;
+      geometry.in_time = set_time[set];
+      geometry.out_time = set_time[out_set];
+      geometry.in_lengths = device_lengths(set);
+      geometry.out_lengths = device_lengths(out_set);
+      if (absl::Status s =
+              KernelStatus(kc::LaunchFusedSubBlock(blocks_[b][j].view, precision_, x, geometry,
+                                                   residual_x.data(), y, stream_),
+                           absl::StrCat("block ", b, " sub-block ", j));
+          !s.ok()) {
+        return s;
+      }
+      x = y;
+      set = out_set;
+    }
+    act_data[b + 1] = block_out;
+    act_set[b + 1] = set;
+    if (options_.keep_block_outputs) {
+      const int channels = block.sub_blocks.back().desc.out_channels;
+      const std::size_t count = static_cast<std::size_t>(batch) * set_time[set] * channels;
+      std::vector<unsigned char> raw(count * elem_bytes_);
+      if (absl::Status s = CudaStatus(
+              cudaMemcpyAsync(raw.data(), block_out, raw.size(), cudaMemcpyDeviceToHost, stream_),
+              "block output download");
+          !s.ok()) {
+        return s;
+      }
+      if (absl::Status s = CudaStatus(cudaStreamSynchronize(stream_), "block output sync");
+          !s.ok()) {
+        return s;
+      }
+      output->block_outputs[b].resize(count);
+      kc::ConvertToFloat(precision_, raw.data(), count, output->block_outputs[b].data());
+      output->block_time[b] = set_time[set];
+    }
+  }
+
+  // Decoder (1x1 conv with bias, identity) + device log-softmax/argmax.
+  const int time = set_time[act_set[num_blocks]];
+  const int final_set = act_set[num_blocks];
+  kc::DeviceGeometry geometry;
+  geometry.batch = batch;
+  geometry.in_time = time;
+  geometry.out_time = time;
+  geometry.in_lengths = device_lengths(final_set);
+  geometry.out_lengths = device_lengths(final_set);
+  if (absl::Status s =
+          KernelStatus(kc::LaunchFusedSubBlock(decoder_.view, precision_, act_data[num_blocks],
+                                               geometry, nullptr, logits_.get(), stream_),
+                       "decoder");
+      !s.ok()) {
+    return s;
+  }
+  float* log_probs_device = options_.keep_log_probs ? log_probs_.as<float>() : nullptr;
+  if (absl::Status s =
+          KernelStatus(kc::LaunchLogSoftmaxArgmax(logits_.get(), precision_, batch, time, vocab_,
+                                                  device_lengths(final_set), log_probs_device,
+                                                  ids_.as<int>(), best_.as<float>(), stream_),
+                       "log-softmax/argmax");
+      !s.ok()) {
+    return s;
+  }
+  const std::size_t frames = static_cast<std::size_t>(batch) * time;
+  std::vector<std::pair<void*, std::pair<const void*, std::size_t>>> downloads = {
+      {ids_host_.as<void>(), {ids_.get(), frames * sizeof(int)}},
+      {best_host_.as<void>(), {best_.get(), frames * sizeof(float)}}};
+  if (options_.keep_log_probs) {
+    downloads.push_back(
+        {log_probs_host_.as<void>(), {log_probs_.get(), frames * vocab_ * sizeof(float)}});
+  }
+  for (auto& [dst, src] : downloads) {
+    if (absl::Status s =
+            CudaStatus(cudaMemcpyAsync(dst, src.first, src.second, cudaMemcpyDeviceToHost, stream_),
+                       "result download");
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = CudaStatus(cudaStreamSynchronize(stream_), "run"); !s.ok()) return s;
+
+  output->batch = batch;
+  output->time = time;
+  output->vocab = vocab_;
+  output->lengths.assign(host_lengths(final_set), host_lengths(final_set) + batch);
+  output->ids.assign(ids_host_.as<int>(), ids_host_.as<int>() + frames);
+  output->best_log_probs.assign(best_host_.as<float>(), best_host_.as<float>() + frames);
+  if (options_.keep_log_probs) {
+    output->log_probs.assign(log_probs_host_.as<float>(),
+                             log_probs_host_.as<float>() + frames * vocab_);
+  } else {
+    output->log_probs.clear();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(std::shared_ptr<const Model> model,
+                                                           const BackendOptions& options,
+                                                           CudaPrecision precision) {
+  if (model == nullptr) return absl::InvalidArgumentError("CreateCudaBackend: no model");
+  if (absl::Status status = options.Validate(); !status.ok()) return status;
+  auto backend = std::make_unique<CudaBackend>(std::move(model), options, precision);
+  if (absl::Status status = backend->Init(); !status.ok()) return status;
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace jasper

@@ -1,0 +1,175 @@
+// Scheduler: one queue for every stream's windows and every offline request, in front of the
+// backend replicas.
+//
+// A request (WindowRequest: the normalized features of one window) goes to the length bucket
+// of its padded frame count. A worker takes the oldest queued request, then fills a batch with
+// requests of the same bucket (oldest first) up to max_batch_size, waiting at most
+// max_queue_delay_ms (counted from the oldest request's arrival) for the batch to fill. The
+// batch is padded to its longest member and runs with each member's valid length, so the
+// backend's masks keep padding out of real frames: a request's result does not depend on what
+// it was batched with (up to float summation order in the GEMMs).
+//
+// Admission is bounded: Submit() fails with RESOURCE_EXHAUSTED when max_queued_windows are
+// waiting, and takes ownership of the request only when it returns OK.
+//
+// Shutdown() stops admission (UNAVAILABLE), lets the workers run every request already queued
+// (without waiting for batches to fill), joins the workers, so that every accepted request's
+// `done` has run exactly once when Shutdown() returns.
+//
+// The scheduler also owns a callback thread (Post()), on which sessions deliver their results
+// to the server, so that no caller-facing method runs user callbacks on the caller's thread.
+//
+// Ownership: owns the backend replicas, the queue, one worker thread per replica and the
+// callback thread. Borrows the Clock (must outlive the scheduler).
+// Thread-safety: thread-safe; all methods may be called from any thread, including from a
+// `done` callback (which runs on a worker thread, without any scheduler lock held).
+#ifndef JASPER_ENGINE_SCHEDULER_H_
+#define JASPER_ENGINE_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/backend.h"
+#include "engine/clock.h"
+#include "engine/features.h"
+
+namespace jasper {
+
+struct SchedulerOptions {
+  int max_batch_size = 8;       // [1, 256]
+  int max_queue_delay_ms = 5;   // [0, 10000]; 0 = never wait for a batch to fill
+  int max_queued_windows = 512; // [1, 1000000]; queued, not yet running
+  // Upper bounds (padded feature frames, strictly increasing, > 0) of the length buckets. A
+  // request goes to the first bucket whose bound >= its padded frame count; longer requests
+  // share one overflow bucket. The defaults fit the default streaming window (3.2 s = 336
+  // padded frames) in one bucket and spread offline lengths up to 32 s.
+  std::vector<int> bucket_frames = {96, 192, 352, 512, 800, 1600, 3200};
+
+  // INVALID_ARGUMENT naming the field.
+  absl::Status Validate() const;
+};
+
+struct WindowResult {
+  std::vector<int> ids;               // [encoder_frames] argmax token ids
+  std::vector<float> best_log_probs;  // [encoder_frames] log-probability of the argmax
+  int encoder_frames = 0;             // valid encoder frames of this request
+  double queue_ms = 0;                // Submit() -> batch start
+  double compute_ms = 0;              // backend time of the whole batch
+  int batch_size = 0;                 // requests in the batch this one ran in
+};
+
+struct WindowRequest {
+  // Normalized log-mel features, [padded_frames, num_features], channels-last FP32. Frames at
+  // or past valid_frames are ignored (masked). padded_frames selects the bucket.
+  Features features;
+  // Called exactly once (once Submit() accepted the request), on a worker thread, without any
+  // scheduler lock held, with the result or the backend's error for this request. Queued
+  // requests are never dropped: Shutdown() and the destructor run them first.
+  std::function<void(absl::StatusOr<WindowResult>)> done;
+};
+
+struct SchedulerStats {
+  int64_t queue_depth = 0;    // requests waiting now
+  int64_t running = 0;        // requests in batches running now
+  int64_t submitted = 0;      // accepted by Submit()
+  int64_t rejected = 0;       // refused by Submit() (full queue, shut down, bad request)
+  int64_t completed = 0;      // done(OK) called
+  int64_t failed = 0;         // done(error) called
+  int64_t batches = 0;
+  double mean_batch_size = 0;
+  int max_batch_size_seen = 0;
+  double mean_queue_ms = 0;
+  double mean_compute_ms = 0;   // per batch
+  std::vector<int64_t> bucket_requests;  // accepted per bucket (last = overflow)
+  int replicas = 0;
+};
+
+class Scheduler {
+ public:
+  // One worker thread per replica. `clock` == nullptr: the real clock. Errors:
+  // INVALID_ARGUMENT (options, no replicas, a null replica).
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
+      std::vector<std::unique_ptr<Backend>> replicas, const SchedulerOptions& options,
+      Clock* clock = nullptr);
+
+  // Shutdown(), then destroys the replicas.
+  ~Scheduler();
+
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request. Takes ownership of `request` (moves from it) only when it returns OK;
+  // on error the request (and its `done`) is left untouched and `done` is never called.
+  // Errors: RESOURCE_EXHAUSTED (max_queued_windows waiting), UNAVAILABLE (after Shutdown()
+  // began), INVALID_ARGUMENT (no done, empty features, valid_frames outside
+  // [1, padded_frames], data size != padded_frames * num_features).
+  absl::Status Submit(WindowRequest& request);
+  absl::Status Submit(WindowRequest&& request) { return Submit(request); }
+
+  // Stops admission, runs the queued requests (no batching delay), joins the workers.
+  // Idempotent; the callback thread keeps running until the destructor.
+  void Shutdown();
+
+  // Runs `fn` on the scheduler's callback thread, after the functions posted before it. Never
+  // runs it on the calling thread (except after the destructor began, which is a bug).
+  void Post(std::function<void()> fn);
+
+  SchedulerStats Stats() const;
+  Clock* clock() const { return clock_; }
+  int num_replicas() const { return static_cast<int>(replicas_.size()); }
+  const SchedulerOptions& options() const { return options_; }
+  // The bucket a request of `padded_frames` goes to (bucket_frames.size() = overflow).
+  int BucketOf(int padded_frames) const;
+
+ private:
+  struct Pending {
+    WindowRequest request;
+    absl::Time enqueued;
+    int64_t seq = 0;
+  };
+
+  Scheduler(std::vector<std::unique_ptr<Backend>> replicas, const SchedulerOptions& options,
+            Clock* clock);
+  void WorkerLoop(int replica);
+  // Picks the next batch (blocks); empty when the worker should exit.
+  std::vector<Pending> NextBatch() ABSL_LOCKS_EXCLUDED(mu_);
+  void RunBatch(Backend* backend, std::vector<Pending> batch);
+  void CallbackLoop();
+  // Index of the bucket holding the oldest request, or -1. Requires mu_.
+  int OldestBucket() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const SchedulerOptions options_;
+  Clock* const clock_;
+  std::vector<std::unique_ptr<Backend>> replicas_;
+
+  mutable absl::Mutex mu_;
+  std::vector<std::deque<Pending>> buckets_ ABSL_GUARDED_BY(mu_);  // FIFO each
+  int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  SchedulerStats stats_ ABSL_GUARDED_BY(mu_);
+  double sum_batch_sizes_ ABSL_GUARDED_BY(mu_) = 0;
+  double sum_queue_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  double sum_compute_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::thread> workers_;
+  absl::Mutex shutdown_mu_;  // serializes Shutdown() callers while they join
+  bool joined_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+
+  absl::Mutex post_mu_;
+  std::deque<std::function<void()>> posted_ ABSL_GUARDED_BY(post_mu_);
+  bool post_stop_ ABSL_GUARDED_BY(post_mu_) = false;
+  std::thread callback_thread_;
+};
+
+}  // namespace jasper
+
+#endif  // JASPER_ENGINE_SCHEDULER_H_

@@ -1,0 +1,56 @@
+// JasperServer: the whole server in one object, used by main.cc and by the in-process tests.
+// Loads the engine, warms it up, then listens with both ASR services, the gRPC health service
+// (SERVING from the start, since the warm-up ran before the port opened) and server reflection.
+//
+// Shutdown(): health NOT_SERVING; new calls get UNAVAILABLE; open streams stop reading, get
+// their final results and end; after shutdown_grace_ms, grpc::Server::Shutdown cancels what is
+// left; then the scheduler drains. Idempotent; the destructor calls it.
+//
+// Ownership: owns the engine, the services and the grpc::Server.
+// Thread-safety: Shutdown() and Wait() may be called from any thread (not from a reaction).
+#ifndef JASPER_SERVER_JASPER_SERVER_H_
+#define JASPER_SERVER_JASPER_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "server/asr_service.h"
+#include "server/riva_service.h"
+#include "server/server_options.h"
+#include "server/serving_engine.h"
+
+namespace jasper::server {
+
+class JasperServer {
+ public:
+  // Errors: invalid options, model/device errors, a failed warm-up, a port that cannot be
+  // bound (UNAVAILABLE).
+  static absl::StatusOr<std::unique_ptr<JasperServer>> Start(const ServerOptions& options);
+  ~JasperServer();
+
+  // The bound port (the picked one when listen_address asked for port 0).
+  int port() const { return port_; }
+  ServingEngine* engine() const { return engine_.get(); }
+
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+  // Blocks until the gRPC server has shut down.
+  void Wait();
+
+ private:
+  JasperServer() = default;
+
+  std::unique_ptr<ServingEngine> engine_;
+  std::unique_ptr<AsrService> asr_service_;
+  std::unique_ptr<RivaService> riva_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace jasper::server
+
+#endif  // JASPER_SERVER_JASPER_SERVER_H_

@@ -1,0 +1,194 @@
+// jasper-server: the gRPC speech recognition server. Every limit is a flag (`--help` lists
+// them with their defaults; docs/API.md explains each one and the status it returns).
+//
+// SIGTERM/SIGINT: health NOT_SERVING, new calls UNAVAILABLE, open streams get their final
+// results within --shutdown_grace_ms, then the server shuts down.
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "engine/scheduler.h"
+#include "engine/stream_session.h"
+#include "server/jasper_server.h"
+#include "server/server_options.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+const jasper::server::ServerOptions kDefaults;
+}  // namespace
+
+// Serving.
+ABSL_FLAG(std::string, listen, kDefaults.listen_address,
+          "host:port to listen on (loopback by default; 0.0.0.0:PORT for the network).");
+ABSL_FLAG(std::string, model_dir, "",
+          "Model folder (model.json + model.safetensors). Default: the first model folder "
+          "under <binary>/../share/jasper-serve/models, <binary>/../models or ./models.");
+ABSL_FLAG(std::string, model_name, "",
+          "Name clients use in RecognitionConfig.model (default: model.json's name).");
+ABSL_FLAG(std::string, language_code, kDefaults.language_code, "BCP-47 language of the model.");
+ABSL_FLAG(std::string, device, kDefaults.device, "auto, cpu or cuda.");
+ABSL_FLAG(int, num_workers, kDefaults.num_workers, "Backend replicas (scheduler worker threads).");
+ABSL_FLAG(int, cpu_threads, kDefaults.cpu_threads,
+          "BLAS threads per CPU replica (0: cores / num_workers).");
+ABSL_FLAG(bool, warmup, kDefaults.warmup, "Run a forward pass before serving.");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
+
+// Limits.
+ABSL_FLAG(int, max_concurrent_streams, kDefaults.max_concurrent_streams,
+          "Open calls (streaming + offline, both APIs); more: RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, max_message_bytes, kDefaults.max_message_bytes,
+          "Largest request message; larger: RESOURCE_EXHAUSTED. Bounds offline audio.");
+ABSL_FLAG(int64_t, max_stream_duration_ms, kDefaults.max_stream_duration_ms,
+          "Longest stream (audio and wall time); longer: OUT_OF_RANGE.");
+ABSL_FLAG(int, idle_timeout_ms, kDefaults.idle_timeout_ms,
+          "A stream waiting this long for a client message ends with OUT_OF_RANGE (0: off).");
+ABSL_FLAG(int, shutdown_grace_ms, kDefaults.shutdown_grace_ms,
+          "On SIGTERM/SIGINT, time open streams get to receive their final results.");
+
+// Batching (engine/scheduler.h).
+ABSL_FLAG(int, max_batch_size, kDefaults.scheduler.max_batch_size, "Windows per batch.");
+ABSL_FLAG(int, max_queue_delay_ms, kDefaults.scheduler.max_queue_delay_ms,
+          "Longest wait for a batch to fill.");
+ABSL_FLAG(int, max_queued_windows, kDefaults.scheduler.max_queued_windows,
+          "Queued windows; more: RESOURCE_EXHAUSTED (overloaded).");
+ABSL_FLAG(std::string, bucket_frames, "",
+          "Comma-separated length-bucket bounds in feature frames (empty: the default).");
+
+// Streaming (engine/stream_session.h).
+ABSL_FLAG(int, chunk_ms, kDefaults.streaming.chunk_ms, "Audio decoded per window.");
+ABSL_FLAG(int, left_context_ms, kDefaults.streaming.left_context_ms,
+          "Past audio in front of each chunk.");
+ABSL_FLAG(int, right_context_ms, kDefaults.streaming.right_context_ms,
+          "Look-ahead after each chunk (final text lags by this much).");
+ABSL_FLAG(int, endpoint_silence_ms, kDefaults.streaming.endpoint_silence_ms,
+          "Blank output this long ends an utterance (0: off). Per call: "
+          "EndpointingConfig.stop_history.");
+ABSL_FLAG(int, max_buffered_audio_ms, kDefaults.streaming.max_buffered_audio_ms,
+          "Unprocessed audio held per stream before reads pause (flow control).");
+ABSL_FLAG(int, max_inflight_windows, kDefaults.streaming.max_inflight_windows,
+          "Windows of one stream in the scheduler at once.");
+
+namespace {
+
+bool IsModelDir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(dir / "model.json", ec);
+}
+
+// The first folder holding a model.json under the usual places, or "".
+std::string FindDefaultModelDir(const char* argv0) {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::canonical("/proc/self/exe", ec);
+  std::vector<std::filesystem::path> roots;
+  if (!ec) {
+    roots.push_back(exe.parent_path() / ".." / "share" / "jasper-serve" / "models");
+    roots.push_back(exe.parent_path() / ".." / "models");
+    roots.push_back(exe.parent_path() / ".." / ".." / "models");  // build-dir/server/
+  }
+  (void)argv0;
+  roots.push_back("models");
+  for (const auto& root : roots) {
+    if (IsModelDir(root)) return root.lexically_normal().string();
+    std::vector<std::filesystem::path> found;
+    for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+      if (e.is_directory() && IsModelDir(e.path())) found.push_back(e.path());
+    }
+    std::sort(found.begin(), found.end());
+    if (!found.empty()) return found.front().lexically_normal().string();
+  }
+  return "";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "server/main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
+  absl::SetProgramUsageMessage(
+      "gRPC streaming speech recognition for Jasper/QuartzNet CTC models.\n"
+      "Serves jasper.asr.v1.Asr and nvidia.riva.asr.RivaSpeechRecognition, plus "
+      "grpc.health.v1 and reflection, on one port.\nUsage: jasper-server --model_dir=DIR "
+      "[flags]");
+  absl::ParseCommandLine(argc, argv);
+  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+
+  // Block the stop signals in every thread (threads inherit the mask); main waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  jasper::server::ServerOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.model_dir = absl::GetFlag(FLAGS_model_dir);
+  if (options.model_dir.empty()) options.model_dir = FindDefaultModelDir(argv[0]);
+  if (options.model_dir.empty()) {
+    spdlog::error("no --model_dir given and no model found under ./models or next to the binary");
+    return 2;
+  }
+  options.model_name = absl::GetFlag(FLAGS_model_name);
+  options.language_code = absl::GetFlag(FLAGS_language_code);
+  options.device = absl::GetFlag(FLAGS_device);
+  options.num_workers = absl::GetFlag(FLAGS_num_workers);
+  options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  options.warmup = absl::GetFlag(FLAGS_warmup);
+  options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.max_stream_duration_ms = absl::GetFlag(FLAGS_max_stream_duration_ms);
+  options.idle_timeout_ms = absl::GetFlag(FLAGS_idle_timeout_ms);
+  options.shutdown_grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);
+  options.scheduler.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
+  options.scheduler.max_queue_delay_ms = absl::GetFlag(FLAGS_max_queue_delay_ms);
+  options.scheduler.max_queued_windows = absl::GetFlag(FLAGS_max_queued_windows);
+  if (const std::string buckets = absl::GetFlag(FLAGS_bucket_frames); !buckets.empty()) {
+    options.scheduler.bucket_frames.clear();
+    for (absl::string_view part : absl::StrSplit(buckets, ',', absl::SkipWhitespace())) {
+      int v = 0;
+      if (!absl::SimpleAtoi(part, &v)) {
+        spdlog::error("--bucket_frames: '{}' is not an integer", std::string(part));
+        return 2;
+      }
+      options.scheduler.bucket_frames.push_back(v);
+    }
+  }
+  options.streaming.chunk_ms = absl::GetFlag(FLAGS_chunk_ms);
+  options.streaming.left_context_ms = absl::GetFlag(FLAGS_left_context_ms);
+  options.streaming.right_context_ms = absl::GetFlag(FLAGS_right_context_ms);
+  options.streaming.endpoint_silence_ms = absl::GetFlag(FLAGS_endpoint_silence_ms);
+  options.streaming.max_buffered_audio_ms = absl::GetFlag(FLAGS_max_buffered_audio_ms);
+  options.streaming.max_inflight_windows = absl::GetFlag(FLAGS_max_inflight_windows);
+  if (absl::Status s = options.Validate(); !s.ok()) {
+    spdlog::error("invalid options: {}", s.ToString());
+    return 2;
+  }
+  spdlog::info("options:\n{}", options.ToString());
+
+  absl::StatusOr<std::unique_ptr<jasper::server::JasperServer>> server =
+      jasper::server::JasperServer::Start(options);
+  if (!server.ok()) {
+    spdlog::error("cannot start: {}", server.status().ToString());
+    return 1;
+  }
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  spdlog::info("received signal {}", signal_number);
+  (*server)->Shutdown();
+  (*server)->Wait();
+  server->reset();
+  return 0;
+}

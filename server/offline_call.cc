@@ -1,0 +1,130 @@
+#include "server/offline_call.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "server/status_map.h"
+#include "spdlog/spdlog.h"
+
+namespace jasper::server {
+namespace {
+
+// Bytes handed to the session per push: small enough that one push (decode + resample) is
+// quick, large enough that a file needs few of them.
+constexpr size_t kPushBytes = 64 * 1024;
+
+}  // namespace
+
+OfflineCallCore::OfflineCallCore(ServingEngine* engine, const char* api)
+    : engine_(engine), api_(api), link_(std::make_shared<Link>(this)), started_(absl::Now()) {}
+
+OfflineCallCore::~OfflineCallCore() = default;
+
+void OfflineCallCore::Start() {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::unique_ptr<CallTicket>> ticket = engine_->Admit(nullptr);
+  if (!ticket.ok()) {
+    FinishLocked(ticket.status());
+    return;
+  }
+  ticket_ = *std::move(ticket);
+  absl::StatusOr<CallConfig> config = ParseConfigRequest();
+  if (!config.ok()) {
+    FinishLocked(config.status());
+    return;
+  }
+  config_ = *std::move(config);
+  audio_ = RequestAudio();
+  if (audio_.empty()) {
+    FinishLocked(absl::InvalidArgumentError("the request has no audio"));
+    return;
+  }
+  std::shared_ptr<Link> link = link_;
+  StreamSession::Callbacks callbacks;
+  callbacks.on_result = [link](const SessionResult& r) {
+    link->With([&r](OfflineCallCore* call) { call->OnSessionResult(r); });
+  };
+  callbacks.on_space_available = [link] {
+    link->With([](OfflineCallCore* call) { call->OnSpaceAvailable(); });
+  };
+  callbacks.on_done = [link](absl::Status s) {
+    link->With([&s](OfflineCallCore* call) { call->OnSessionDone(std::move(s)); });
+  };
+  absl::StatusOr<std::unique_ptr<StreamSession>> session =
+      engine_->CreateSession(config_, /*streaming=*/false, std::move(callbacks));
+  if (!session.ok()) {
+    FinishLocked(session.status());
+    return;
+  }
+  session_ = *std::move(session);
+  PushMoreLocked();
+}
+
+void OfflineCallCore::PushMoreLocked() {
+  while (!input_done_ && !finished_ && pushed_ < audio_.size() && session_->CanAcceptAudio()) {
+    const size_t n = std::min(kPushBytes, audio_.size() - pushed_);
+    absl::Status s = session_->PushAudio(
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(audio_.data()) + pushed_, n));
+    pushed_ += n;
+    if (!s.ok()) {
+      input_done_ = true;  // the session has failed; on_done(error) follows
+      return;
+    }
+  }
+  if (!input_done_ && pushed_ >= audio_.size()) {
+    input_done_ = true;
+    (void)session_->Finish();  // an error here also arrives as on_done(error)
+  }
+}
+
+void OfflineCallCore::OnSpaceAvailable() {
+  absl::MutexLock lock(&mu_);
+  if (session_ != nullptr) PushMoreLocked();
+}
+
+void OfflineCallCore::OnSessionResult(const SessionResult& result) {
+  absl::MutexLock lock(&mu_);
+  if (finished_ || !result.is_final) return;
+  audio_processed_s_ = std::max(audio_processed_s_, result.audio_processed_s);
+  if (!result.transcript.empty()) AddResult(result, config_);
+}
+
+void OfflineCallCore::OnSessionDone(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  if (error_.has_value()) status = *error_;
+  if (status.ok()) {
+    Complete(config_, audio_processed_s_, absl::ToDoubleMilliseconds(absl::Now() - started_));
+  }
+  FinishLocked(std::move(status));
+}
+
+void OfflineCallCore::FinishLocked(absl::Status status) {
+  if (finished_) return;
+  finished_ = true;
+  if (!status.ok()) spdlog::debug("{} Recognize ended: {}", api_, status.ToString());
+  DoFinish(ToGrpcStatus(status));
+}
+
+void OfflineCallCore::HandleCancel() {
+  absl::MutexLock lock(&mu_);
+  if (finished_) return;
+  error_ = absl::CancelledError("the call was cancelled");
+  if (session_ != nullptr) {
+    session_->Cancel();  // on_done(CANCELLED) finishes the call
+  } else {
+    FinishLocked(*error_);
+  }
+}
+
+void OfflineCallCore::HandleDone() {
+  link_->Detach();
+  std::unique_ptr<StreamSession> session;
+  std::unique_ptr<CallTicket> ticket;
+  {
+    absl::MutexLock lock(&mu_);
+    session = std::move(session_);
+    ticket = std::move(ticket_);
+  }
+}
+
+}  // namespace jasper::server

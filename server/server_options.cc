@@ -1,0 +1,68 @@
+#include "server/server_options.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace jasper::server {
+namespace {
+
+absl::Status CheckRange(const char* name, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " = ", value, " is outside [", lo, ", ", hi, "]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ServerOptions::Validate() const {
+  if (listen_address.empty()) return absl::InvalidArgumentError("listen_address is empty");
+  if (model_dir.empty()) return absl::InvalidArgumentError("model_dir is empty");
+  if (device != "auto" && device != "cpu" && device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device = '", device, "' is not one of auto, cpu, cuda"));
+  }
+  absl::Status s;
+  if (!(s = CheckRange("num_workers", num_workers, 1, 64)).ok()) return s;
+  if (!(s = CheckRange("cpu_threads", cpu_threads, 0, 256)).ok()) return s;
+  if (!(s = CheckRange("max_concurrent_streams", max_concurrent_streams, 1, 100000)).ok()) {
+    return s;
+  }
+  if (!(s = CheckRange("max_message_bytes", max_message_bytes, 4096, 1 << 30)).ok()) return s;
+  if (!(s = CheckRange("max_stream_duration_ms", max_stream_duration_ms, 1000, 86400000)).ok()) {
+    return s;
+  }
+  if (!(s = CheckRange("idle_timeout_ms", idle_timeout_ms, 0, 3600000)).ok()) return s;
+  if (!(s = CheckRange("shutdown_grace_ms", shutdown_grace_ms, 0, 600000)).ok()) return s;
+  if (!(s = scheduler.Validate()).ok()) return s;
+  return streaming.Validate();
+}
+
+std::string ServerOptions::ToString() const {
+  std::string out;
+  absl::StrAppendFormat(&out, "listen_address=%s model_dir=%s model_name=%s language_code=%s\n",
+                        listen_address, model_dir, model_name, language_code);
+  absl::StrAppendFormat(&out, "device=%s num_workers=%d cpu_threads=%d warmup=%d\n", device,
+                        num_workers, cpu_threads, warmup);
+  absl::StrAppendFormat(&out,
+                        "max_concurrent_streams=%d max_message_bytes=%d max_stream_duration_ms=%d "
+                        "idle_timeout_ms=%d shutdown_grace_ms=%d\n",
+                        max_concurrent_streams, max_message_bytes, max_stream_duration_ms,
+                        idle_timeout_ms, shutdown_grace_ms);
+  absl::StrAppendFormat(&out,
+                        "scheduler: max_batch_size=%d max_queue_delay_ms=%d max_queued_windows=%d "
+                        "bucket_frames=[%s]\n",
+                        scheduler.max_batch_size, scheduler.max_queue_delay_ms,
+                        scheduler.max_queued_windows, absl::StrJoin(scheduler.bucket_frames, ","));
+  absl::StrAppendFormat(&out,
+                        "streaming: chunk_ms=%d left_context_ms=%d right_context_ms=%d "
+                        "endpoint_silence_ms=%d max_buffered_audio_ms=%d max_inflight_windows=%d",
+                        streaming.chunk_ms, streaming.left_context_ms, streaming.right_context_ms,
+                        streaming.endpoint_silence_ms, streaming.max_buffered_audio_ms,
+                        streaming.max_inflight_windows);
+  return out;
+}
+
+}  // namespace jasper::server

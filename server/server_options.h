@@ -1,0 +1,73 @@
+// ServerOptions: every limit and setting of jasper-server, each a named field with its default
+// and the status a client gets when it is exceeded. main.cc maps one flag to each field;
+// docs/API.md lists them.
+//
+// Plain value type; thread-compatible.
+#ifndef JASPER_SERVER_SERVER_OPTIONS_H_
+#define JASPER_SERVER_SERVER_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "engine/scheduler.h"
+#include "engine/stream_session.h"
+
+namespace jasper::server {
+
+struct ServerOptions {
+  // host:port to listen on. Loopback by default; "0.0.0.0:50051" serves the network. Port 0
+  // picks a free port (JasperServer::port() tells which).
+  std::string listen_address = "127.0.0.1:50051";
+
+  // Model folder (model.json + model.safetensors). Required (main.cc fills a default).
+  std::string model_dir;
+  // Name clients pass in RecognitionConfig.model; empty: model.json's name, else the folder's
+  // base name.
+  std::string model_name;
+  // BCP-47 language of the model. Requests naming another language get NOT_FOUND.
+  std::string language_code = "en-US";
+
+  // "auto" (CUDA when built and present, else CPU), "cpu" or "cuda".
+  std::string device = "auto";
+  // Backend replicas = scheduler worker threads. [1, 64]
+  int num_workers = 1;
+  // BLAS threads per CPU replica; 0: the machine's cores divided by num_workers. [0, 256]
+  int cpu_threads = 0;
+
+  // Streaming and offline calls open at once (both APIs together). Beyond it a new call gets
+  // RESOURCE_EXHAUSTED at its start. [1, 100000]
+  int max_concurrent_streams = 100;
+  // Largest request message accepted (gRPC max receive size): an offline Recognize carries the
+  // whole file, so this bounds offline audio (8 MiB = 4.3 min of 16 kHz 16-bit audio). Larger
+  // messages fail with RESOURCE_EXHAUSTED. [4096, 1 GiB]
+  int max_message_bytes = 8 << 20;
+  // Longest stream, both as audio (the session's limit) and as wall time from the call's start.
+  // Exceeding either ends the call with OUT_OF_RANGE. [1000, 86400000]
+  int64_t max_stream_duration_ms = 3600000;
+  // A stream with a read posted and no message (config, audio or control) for this long ends
+  // with OUT_OF_RANGE. Time in which the server itself holds back reads (flow control) does
+  // not count. 0 disables. [0, 3600000]
+  int idle_timeout_ms = 30000;
+  // On SIGTERM/SIGINT: health goes NOT_SERVING, new calls get UNAVAILABLE, open streams stop
+  // reading, get their final results and end (UNAVAILABLE if the client had not half-closed);
+  // after this long whatever is left is cancelled. [0, 600000]
+  int shutdown_grace_ms = 10000;
+  // Run a forward pass through the model before serving (health SERVING only after it).
+  bool warmup = true;
+
+  // Batching (engine/scheduler.h).
+  SchedulerOptions scheduler;
+  // Streaming windows, endpointing, buffering (engine/stream_session.h). Per-call overrides:
+  // interim_results (from the request) and endpoint silence (EndpointingConfig.stop_history).
+  StreamingOptions streaming;
+
+  // INVALID_ARGUMENT naming the field.
+  absl::Status Validate() const;
+  // One line per field, for the startup log.
+  std::string ToString() const;
+};
+
+}  // namespace jasper::server
+
+#endif  // JASPER_SERVER_SERVER_OPTIONS_H_

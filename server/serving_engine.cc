@@ -1,0 +1,270 @@
+#include "server/serving_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "engine/backend.h"
+#include "spdlog/spdlog.h"
+
+namespace jasper::server {
+
+CallTicket::~CallTicket() { engine_->Release(id_); }
+
+absl::Status SetAudioFormat(int encoding, int sample_rate_hertz, int audio_channel_count,
+                            CallConfig* config) {
+  switch (encoding) {
+    case 0:  // ENCODING_UNSPECIFIED: a WAV header decides, else 16-bit PCM
+    case 1:  // LINEAR_PCM
+      config->format.encoding = AudioEncoding::kLinearPcm16;
+      break;
+    case 3:  // MULAW
+      config->format.encoding = AudioEncoding::kMulaw;
+      break;
+    case 20:  // ALAW
+      config->format.encoding = AudioEncoding::kAlaw;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unsupported audio encoding ", encoding,
+                       "; supported: LINEAR_PCM (with or without a WAV header), MULAW, ALAW"));
+  }
+  if (audio_channel_count < 0 || audio_channel_count > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "only mono audio is supported (audio_channel_count = ", audio_channel_count, ")"));
+  }
+  if (sample_rate_hertz < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sample_rate_hertz = ", sample_rate_hertz, " is negative"));
+  }
+  config->format.sample_rate_hz = sample_rate_hertz;
+  config->format.channels = 1;
+  return config->format.Validate();
+}
+
+absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const ServerOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  absl::StatusOr<Device> device = ParseDevice(options.device);
+  if (!device.ok()) return device.status();
+
+  std::unique_ptr<ServingEngine> engine(new ServingEngine());
+  engine->options_ = options;
+  absl::StatusOr<std::shared_ptr<const Model>> model = Model::Load(options.model_dir);
+  if (!model.ok()) {
+    return absl::Status(
+        model.status().code(),
+        absl::StrCat("loading model from '", options.model_dir, "': ", model.status().message()));
+  }
+  engine->model_ = *std::move(model);
+  engine->model_name_ = options.model_name;
+  if (engine->model_name_.empty()) engine->model_name_ = engine->model_->config().name;
+  if (engine->model_name_.empty()) {
+    engine->model_name_ =
+        std::filesystem::path(options.model_dir).lexically_normal().filename().string();
+    if (engine->model_name_.empty()) {
+      engine->model_name_ =
+          std::filesystem::path(options.model_dir).lexically_normal().parent_path().filename();
+    }
+  }
+
+  BackendOptions backend_options;
+  backend_options.device = *device;
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  backend_options.cpu_threads =
+      options.cpu_threads > 0 ? options.cpu_threads : std::max(1, cores / options.num_workers);
+  backend_options.max_batch = options.scheduler.max_batch_size;
+  std::vector<std::unique_ptr<Backend>> replicas;
+  for (int i = 0; i < options.num_workers; ++i) {
+    absl::StatusOr<std::unique_ptr<Backend>> backend =
+        CreateBackend(engine->model_, backend_options);
+    if (!backend.ok()) return backend.status();
+    if (i == 0) engine->device_name_ = (*backend)->name();
+    replicas.push_back(*std::move(backend));
+  }
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+      Scheduler::Create(std::move(replicas), options.scheduler);
+  if (!scheduler.ok()) return scheduler.status();
+  engine->scheduler_ = *std::move(scheduler);
+  engine->timers_ = std::make_unique<TimerQueue>();
+
+  // Window sizes must fit the model's encoder frame: check now rather than at the first call.
+  CallConfig probe;
+  probe.format.sample_rate_hz = engine->model_sample_rate_hz();
+  StreamSession::Callbacks callbacks;
+  callbacks.on_done = [](absl::Status) {};
+  absl::StatusOr<std::unique_ptr<StreamSession>> session =
+      engine->CreateSession(probe, /*streaming=*/true, std::move(callbacks));
+  if (!session.ok()) return session.status();
+  (*session)->Cancel();
+  spdlog::info("model '{}' from {} ({} labels, {} Hz) on device {} x{} ({} BLAS threads each)",
+               engine->model_name_, options.model_dir, engine->model_->config().labels.size(),
+               engine->model_sample_rate_hz(), engine->device_name_, options.num_workers,
+               backend_options.cpu_threads);
+  return engine;
+}
+
+ServingEngine::~ServingEngine() {
+  if (scheduler_) scheduler_->Shutdown();
+  timers_.reset();
+  scheduler_.reset();
+}
+
+absl::Status ServingEngine::Warmup(double seconds, absl::Duration timeout) {
+  struct State {
+    absl::Notification done;
+    absl::Status status;
+    absl::Mutex mu;
+    bool space ABSL_GUARDED_BY(mu) = false;
+  };
+  auto state = std::make_shared<State>();
+  CallConfig config;
+  config.format.encoding = AudioEncoding::kLinearPcm16;
+  config.format.sample_rate_hz = model_sample_rate_hz();
+  StreamSession::Callbacks callbacks;
+  callbacks.on_space_available = [state] {
+    absl::MutexLock lock(&state->mu);
+    state->space = true;
+  };
+  callbacks.on_done = [state](absl::Status s) {
+    state->status = std::move(s);
+    state->done.Notify();
+  };
+  absl::StatusOr<std::unique_ptr<StreamSession>> session =
+      CreateSession(config, /*streaming=*/false, std::move(callbacks));
+  if (!session.ok()) return session.status();
+  const int samples = static_cast<int>(seconds * model_sample_rate_hz());
+  std::vector<uint8_t> bytes(2 * static_cast<size_t>(samples));
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> noise(-64, 64);
+  for (int i = 0; i < samples; ++i) {
+    const uint16_t v = static_cast<uint16_t>(static_cast<int16_t>(noise(rng)));
+    bytes[2 * i] = static_cast<uint8_t>(v & 0xff);
+    bytes[2 * i + 1] = static_cast<uint8_t>(v >> 8);
+  }
+  // Push in pieces the session accepts, waiting for on_space_available when it is full (the
+  // warm-up runs on main's thread before serving, so it may block).
+  size_t pos = 0;
+  const size_t piece = 2 * static_cast<size_t>(model_sample_rate_hz()) / 10;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (pos < bytes.size()) {
+    {
+      absl::MutexLock lock(&state->mu);
+      state->space = false;
+    }
+    if (!(*session)->CanAcceptAudio()) {
+      absl::MutexLock lock(&state->mu);
+      if (!state->mu.AwaitWithDeadline(absl::Condition(&state->space), deadline)) {
+        (*session)->Cancel();
+        return absl::DeadlineExceededError("warm-up timed out");
+      }
+      continue;
+    }
+    const size_t n = std::min(piece, bytes.size() - pos);
+    if (absl::Status s = (*session)->PushAudio(absl::MakeConstSpan(bytes.data() + pos, n));
+        !s.ok()) {
+      return s;
+    }
+    pos += n;
+  }
+  if (absl::Status s = (*session)->Finish(); !s.ok()) return s;
+  if (!state->done.WaitForNotificationWithDeadline(deadline)) {
+    (*session)->Cancel();
+    return absl::DeadlineExceededError("warm-up timed out");
+  }
+  return state->status;
+}
+
+absl::StatusOr<std::unique_ptr<CallTicket>> ServingEngine::Admit(std::function<void()> on_drain) {
+  absl::MutexLock lock(&mu_);
+  if (draining_) return absl::UnavailableError("server is shutting down");
+  if (static_cast<int>(calls_.size()) >= options_.max_concurrent_streams) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "too many concurrent streams (max_concurrent_streams = ", options_.max_concurrent_streams,
+        ")"));
+  }
+  const uint64_t id = next_id_++;
+  calls_.emplace(id, std::move(on_drain));
+  return std::unique_ptr<CallTicket>(new CallTicket(this, id));
+}
+
+void ServingEngine::Release(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  calls_.erase(id);
+}
+
+void ServingEngine::StartDraining() {
+  std::vector<std::function<void()>> listeners;
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_) return;
+    draining_ = true;
+    for (auto& [id, fn] : calls_) {
+      if (fn) listeners.push_back(fn);
+    }
+  }
+  for (auto& fn : listeners) fn();
+}
+
+bool ServingEngine::AwaitNoCalls(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return calls_.empty(); };
+  return mu_.AwaitWithDeadline(absl::Condition(&none), deadline);
+}
+
+int ServingEngine::active_calls() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(calls_.size());
+}
+
+bool ServingEngine::draining() const {
+  absl::MutexLock lock(&mu_);
+  return draining_;
+}
+
+absl::StatusOr<StreamingOptions> ServingEngine::SessionOptions(const CallConfig& config,
+                                                               bool streaming) const {
+  if (!config.model.empty() && config.model != model_name_) {
+    return absl::NotFoundError(absl::StrCat("model '", config.model,
+                                            "' not found; this server serves '", model_name_, "'"));
+  }
+  if (!config.language_code.empty()) {
+    const std::string want = absl::AsciiStrToLower(config.language_code);
+    const std::string have = absl::AsciiStrToLower(options_.language_code);
+    const std::string have_primary = have.substr(0, have.find('-'));
+    if (want != have && want != have_primary) {
+      return absl::NotFoundError(absl::StrCat("no model for language_code '", config.language_code,
+                                              "'; this server serves '", options_.language_code,
+                                              "'"));
+    }
+  }
+  StreamingOptions options = options_.streaming;
+  options.interim_results = streaming && config.interim_results;
+  options.max_stream_duration_ms = options_.max_stream_duration_ms;
+  if (config.endpoint_silence_ms > 0) {
+    // Round up to whole encoder frames (the session's unit).
+    const auto& f = model_->config().featurizer;
+    const int frame_ms = std::max(1, static_cast<int>(std::lround(f.window_stride_s * 1000.0)) *
+                                         model_->config().subsampling_factor());
+    const int ms = std::min(60000, config.endpoint_silence_ms);
+    options.endpoint_silence_ms = (ms + frame_ms - 1) / frame_ms * frame_ms;
+  }
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<StreamSession>> ServingEngine::CreateSession(
+    const CallConfig& config, bool streaming, StreamSession::Callbacks callbacks) const {
+  absl::StatusOr<StreamingOptions> options = SessionOptions(config, streaming);
+  if (!options.ok()) return options.status();
+  return StreamSession::Create(model_, scheduler_.get(), *options, config.format,
+                               std::move(callbacks));
+}
+
+}  // namespace jasper::server

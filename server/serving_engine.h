@@ -1,0 +1,127 @@
+// ServingEngine: what both gRPC services share. The loaded model, the scheduler with its
+// backend replicas, admission control (max_concurrent_streams, draining), the timer thread, and
+// the translation of a call's configuration (CallConfig, filled by either API's adapter) into
+// a StreamSession.
+//
+// Ownership: owns the model (shared), the scheduler (and through it the backends) and the
+// timer queue. Outlives every call (JasperServer destroys the gRPC server first).
+// Thread-safety: thread-safe.
+#ifndef JASPER_SERVER_SERVING_ENGINE_H_
+#define JASPER_SERVER_SERVING_ENGINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/audio_input.h"
+#include "engine/model.h"
+#include "engine/scheduler.h"
+#include "engine/stream_session.h"
+#include "server/server_options.h"
+#include "server/timer_queue.h"
+
+namespace jasper::server {
+
+// A call's recognition settings, API-independent.
+struct CallConfig {
+  std::string model;          // empty: the default model
+  std::string language_code;  // empty: the model's
+  AudioFormat format;         // rate 0 allowed for LINEAR_PCM with a WAV header
+  bool interim_results = false;
+  bool word_time_offsets = false;
+  bool speech_events = false;
+  int endpoint_silence_ms = 0;  // <= 0: the server default
+  std::string request_id;
+};
+
+// Fills config->format from a request's encoding (the value of nvidia.riva.AudioEncoding or
+// jasper.asr.v1.AudioEncoding, which share their numbers), sample rate and channel count.
+// INVALID_ARGUMENT: an encoding other than unspecified/LINEAR_PCM/MULAW/ALAW, more than one
+// channel, a negative or out-of-range rate, mu-law/A-law without a rate.
+absl::Status SetAudioFormat(int encoding, int sample_rate_hertz, int audio_channel_count,
+                            CallConfig* config);
+
+class ServingEngine;
+
+// Admission of one call; releases its slot when destroyed. Not thread-safe (owned by a call).
+class CallTicket {
+ public:
+  ~CallTicket();
+  CallTicket(const CallTicket&) = delete;
+  CallTicket& operator=(const CallTicket&) = delete;
+
+ private:
+  friend class ServingEngine;
+  CallTicket(ServingEngine* engine, uint64_t id) : engine_(engine), id_(id) {}
+  ServingEngine* engine_;
+  uint64_t id_;
+};
+
+class ServingEngine {
+ public:
+  // Loads the model, creates options.num_workers backends on options.device and the
+  // scheduler. Errors: invalid options, model load errors, device errors.
+  static absl::StatusOr<std::unique_ptr<ServingEngine>> Create(const ServerOptions& options);
+  // Stops the scheduler (runs what is queued) and the timers.
+  ~ServingEngine();
+
+  // Runs `seconds` of quiet noise through a session (features, batching, backend, decoding)
+  // and waits for its final result. Blocks: call it before serving, never from a reaction.
+  absl::Status Warmup(double seconds, absl::Duration timeout);
+
+  // Admits a call: UNAVAILABLE while draining, RESOURCE_EXHAUSTED when
+  // max_concurrent_streams calls are open. `on_drain` (may be empty) runs once when draining
+  // starts, on the thread calling StartDraining(), without engine locks held.
+  absl::StatusOr<std::unique_ptr<CallTicket>> Admit(std::function<void()> on_drain)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Refuses new calls from now on and runs every admitted call's on_drain. Idempotent.
+  void StartDraining() ABSL_LOCKS_EXCLUDED(mu_);
+  // Blocks until no call is admitted or `deadline`; true when none is left.
+  bool AwaitNoCalls(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  int active_calls() const ABSL_LOCKS_EXCLUDED(mu_);
+  bool draining() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Checks the model and language a call asks for (NOT_FOUND naming what is served) and
+  // builds its session options. `streaming` false: offline (no interim results).
+  absl::StatusOr<StreamingOptions> SessionOptions(const CallConfig& config, bool streaming) const;
+  // SessionOptions + StreamSession::Create.
+  absl::StatusOr<std::unique_ptr<StreamSession>> CreateSession(
+      const CallConfig& config, bool streaming, StreamSession::Callbacks callbacks) const;
+
+  const ServerOptions& options() const { return options_; }
+  const std::string& model_name() const { return model_name_; }
+  const std::string& language_code() const { return options_.language_code; }
+  const Model& model() const { return *model_; }
+  int model_sample_rate_hz() const { return model_->config().featurizer.sample_rate; }
+  // "cpu" or "cuda:N" (the first replica's).
+  const std::string& device_name() const { return device_name_; }
+  Scheduler* scheduler() const { return scheduler_.get(); }
+  TimerQueue* timers() const { return timers_.get(); }
+
+ private:
+  friend class CallTicket;
+  ServingEngine() = default;
+  void Release(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  ServerOptions options_;
+  std::shared_ptr<const Model> model_;
+  std::string model_name_;
+  std::string device_name_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<TimerQueue> timers_;
+
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, std::function<void()>> calls_ ABSL_GUARDED_BY(mu_);  // id -> on_drain
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace jasper::server
+
+#endif  // JASPER_SERVER_SERVING_ENGINE_H_

@@ -1,0 +1,676 @@
+// End-to-end tests of jasper-server: a real server in-process on 127.0.0.1 (picked port) and
+// real gRPC clients, for both APIs (jasper.asr.v1 and the Riva-compatible one), health, the
+// model listings, every error status the server documents, draining on shutdown, and
+// concurrent streams. Each test is bounded by call deadlines of a few seconds.
+//
+// Model: tests/fixtures/quartznet_small/model, else the first model under models/, else a tiny
+// random model written to a temp dir. Audio: tests/fixtures/audio/*.wav, else synthetic.
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "engine/model_config.h"
+#include "engine/safetensors.h"
+#include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "jasper/asr/v1/asr.grpc.pb.h"
+#include "riva/proto/riva_asr.grpc.pb.h"
+#include "server/jasper_server.h"
+#include "tests/model_test_util.h"
+
+namespace jasper::server {
+namespace {
+
+namespace pb = ::jasper::asr::v1;
+namespace rasr = ::nvidia::riva::asr;
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+// Sanitizers (and the Debug builds they run in) slow everything down several times.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int kSlowdown = 10;
+#else
+constexpr int kSlowdown = 1;
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures: model and audio.
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string TestModelDir() {
+  static const std::string dir = [] {
+    const fs::path root = JASPER_SOURCE_DIR;
+    if (fs::exists(root / "tests/fixtures/quartznet_small/model/model.json")) {
+      return (root / "tests/fixtures/quartznet_small/model").string();
+    }
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(root / "models", ec)) {
+      if (fs::exists(e.path() / "model.json")) return e.path().string();
+    }
+    // A tiny random QuartzNet-like model.
+    const fs::path tmp = fs::temp_directory_path() / "jasper_server_test_model";
+    fs::create_directories(tmp);
+    ModelConfig config = test_util::SeparableConfig();
+    config.name = "random_tiny";
+    std::ofstream(tmp / "model.json") << ModelConfigToJson(config);
+    std::ofstream(tmp / "model.safetensors", std::ios::binary)
+        << SerializeSafetensors(test_util::MakeTensors(config, 1));
+    return tmp.string();
+  }();
+  return dir;
+}
+
+void PutLe(std::string* out, uint32_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+// A 16-bit PCM WAV file of `seconds` of a warbling tone with noise.
+std::string SyntheticWav(double seconds, int rate = 16000, int channels = 1) {
+  const int frames = static_cast<int>(seconds * rate);
+  std::string data;
+  uint32_t noise = 12345;
+  for (int i = 0; i < frames; ++i) {
+    const double t = static_cast<double>(i) / rate;
+    noise = noise * 1664525u + 1013904223u;
+    const double v = 0.3 * std::sin(2 * M_PI * (300 + 200 * std::sin(2 * M_PI * 3 * t)) * t) +
+                     0.05 * ((noise >> 16) / 32768.0 - 1.0);
+    for (int c = 0; c < channels; ++c) PutLe(&data, static_cast<uint16_t>(v * 32767), 2);
+  }
+  std::string wav = "RIFF";
+  PutLe(&wav, 36 + data.size(), 4);
+  wav += "WAVEfmt ";
+  PutLe(&wav, 16, 4);
+  PutLe(&wav, 1, 2);
+  PutLe(&wav, channels, 2);
+  PutLe(&wav, rate, 4);
+  PutLe(&wav, rate * channels * 2, 4);
+  PutLe(&wav, channels * 2, 2);
+  PutLe(&wav, 16, 2);
+  wav += "data";
+  PutLe(&wav, data.size(), 4);
+  return wav + data;
+}
+
+std::string TestWav() {
+  static const std::string wav = [] {
+    const fs::path path = fs::path(JASPER_SOURCE_DIR) / "tests/fixtures/audio/fox.wav";
+    return fs::exists(path) ? ReadFile(path) : SyntheticWav(2.5);
+  }();
+  return wav;
+}
+
+// Splits a WAV file into messages of `chunk_bytes`, the first one carrying the header.
+std::vector<std::string> Chunks(const std::string& wav, size_t chunk_bytes = 3200) {
+  std::vector<std::string> out;
+  for (size_t pos = 0; pos < wav.size(); pos += chunk_bytes) {
+    out.push_back(wav.substr(pos, chunk_bytes));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clients.
+
+std::chrono::system_clock::time_point Deadline(int seconds = 20) {
+  return std::chrono::system_clock::now() + std::chrono::seconds(seconds * kSlowdown);
+}
+
+template <typename Response>
+struct StreamOutcome {
+  grpc::Status status;
+  std::vector<Response> responses;
+};
+
+// Runs one bidi stream: writes `requests` on a thread (then half-closes when asked), reads
+// every response on this one.
+template <typename Stub, typename Request, typename Response>
+StreamOutcome<Response> RunStream(Stub* stub, const std::vector<Request>& requests,
+                                  bool half_close = true) {
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  auto stream = stub->StreamingRecognize(&context);
+  std::thread writer([&] {
+    for (const Request& r : requests) {
+      if (!stream->Write(r)) return;
+    }
+    if (half_close) stream->WritesDone();
+  });
+  StreamOutcome<Response> out;
+  Response response;
+  while (stream->Read(&response)) out.responses.push_back(response);
+  writer.join();
+  out.status = stream->Finish();
+  return out;
+}
+
+pb::StreamingRecognizeRequest JasperConfig(bool interim = true, const std::string& model = "",
+                                           bool events = false) {
+  pb::StreamingRecognizeRequest r;
+  auto* sc = r.mutable_streaming_config();
+  sc->set_interim_results(interim);
+  sc->set_enable_speech_events(events);
+  sc->mutable_config()->set_language_code("en-US");
+  sc->mutable_config()->set_enable_word_time_offsets(true);
+  sc->mutable_config()->set_model(model);
+  r.set_request_id("req-1");
+  return r;
+}
+
+pb::StreamingRecognizeRequest JasperAudio(const std::string& bytes) {
+  pb::StreamingRecognizeRequest r;
+  r.set_audio_content(bytes);
+  return r;
+}
+
+std::vector<pb::StreamingRecognizeRequest> JasperRequests(const std::string& wav,
+                                                          bool interim = true) {
+  std::vector<pb::StreamingRecognizeRequest> requests = {JasperConfig(interim)};
+  for (const std::string& c : Chunks(wav)) requests.push_back(JasperAudio(c));
+  return requests;
+}
+
+std::vector<rasr::StreamingRecognizeRequest> RivaRequests(const std::string& wav) {
+  std::vector<rasr::StreamingRecognizeRequest> requests(1);
+  // What stock Riva clients send: no encoding, no sample rate, header in the first chunk.
+  auto* sc = requests[0].mutable_streaming_config();
+  sc->set_interim_results(true);
+  sc->mutable_config()->set_language_code("en-US");
+  sc->mutable_config()->set_enable_word_time_offsets(true);
+  requests[0].mutable_id()->set_value("riva-7");
+  for (const std::string& c : Chunks(wav)) {
+    rasr::StreamingRecognizeRequest r;
+    r.set_audio_content(c);
+    requests.push_back(r);
+  }
+  return requests;
+}
+
+class Server {
+ public:
+  explicit Server(ServerOptions options) {
+    options.listen_address = "127.0.0.1:0";
+    options.model_dir = TestModelDir();
+    auto server = JasperServer::Start(options);
+    EXPECT_TRUE(server.ok()) << server.status();
+    if (!server.ok()) return;
+    server_ = *std::move(server);
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                   grpc::InsecureChannelCredentials());
+    asr_ = pb::Asr::NewStub(channel_);
+    riva_ = rasr::RivaSpeechRecognition::NewStub(channel_);
+  }
+  JasperServer* server() { return server_.get(); }
+  pb::Asr::Stub* asr() { return asr_.get(); }
+  rasr::RivaSpeechRecognition::Stub* riva() { return riva_.get(); }
+  std::shared_ptr<grpc::Channel> channel() { return channel_; }
+
+  // grpc.health.v1.Health/Check for `service` through the generic stub (no health proto
+  // needed): the response's field 1 is the serving status (1 = SERVING, 2 = NOT_SERVING).
+  int HealthStatus(const std::string& service = "") {
+    grpc::GenericStub stub(channel_);
+    std::string request;
+    if (!service.empty()) {
+      request.push_back(0x0a);
+      request.push_back(static_cast<char>(service.size()));
+      request += service;
+    }
+    grpc::Slice slice(request);
+    grpc::ByteBuffer in(&slice, 1);
+    grpc::ByteBuffer out;
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(5));
+    absl::Notification done;
+    grpc::Status status;
+    stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &in, &out,
+                   [&](grpc::Status s) {
+                     status = std::move(s);
+                     done.Notify();
+                   });
+    done.WaitForNotification();
+    if (!status.ok()) return -static_cast<int>(status.error_code());
+    std::vector<grpc::Slice> slices;
+    (void)out.Dump(&slices);
+    std::string bytes;
+    for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    return bytes.size() >= 2 && bytes[0] == 0x08 ? bytes[1] : 0;
+  }
+
+ private:
+  std::unique_ptr<JasperServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<pb::Asr::Stub> asr_;
+  std::unique_ptr<rasr::RivaSpeechRecognition::Stub> riva_;
+};
+
+ServerOptions MainOptions() {
+  ServerOptions o;
+  o.max_concurrent_streams = 32;
+  o.max_message_bytes = 1 << 20;
+  o.idle_timeout_ms = 10000;
+  return o;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new Server(MainOptions()); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static Server* server_;
+};
+Server* ServerTest::server_ = nullptr;
+
+std::string FinalText(const std::vector<pb::StreamingRecognizeResponse>& responses) {
+  std::string text;
+  for (const auto& r : responses) {
+    for (const auto& res : r.results()) {
+      if (res.is_final() && res.alternatives_size() > 0) text += res.alternatives(0).transcript();
+    }
+  }
+  return text;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Happy paths.
+
+TEST_F(ServerTest, HealthIsServing) {
+  EXPECT_EQ(server_->HealthStatus(), 1);
+  EXPECT_EQ(server_->HealthStatus("jasper.asr.v1.Asr"), 1);
+  EXPECT_EQ(server_->HealthStatus("nvidia.riva.asr.RivaSpeechRecognition"), 1);
+}
+
+TEST_F(ServerTest, ListModels) {
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  pb::ListModelsResponse response;
+  ASSERT_TRUE(server_->asr()->ListModels(&context, pb::ListModelsRequest(), &response).ok());
+  ASSERT_EQ(response.models_size(), 1);
+  const pb::ModelInfo& m = response.models(0);
+  EXPECT_EQ(m.name(), server_->server()->engine()->model_name());
+  EXPECT_EQ(m.language_code(), "en-US");
+  EXPECT_TRUE(m.supports_streaming());
+  EXPECT_TRUE(m.is_default());
+  EXPECT_EQ(m.device(), "cpu");
+  EXPECT_GT(m.labels_size(), 0);
+}
+
+TEST_F(ServerTest, GetRivaSpeechRecognitionConfigListsOnlineAndOffline) {
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  rasr::RivaSpeechRecognitionConfigResponse response;
+  ASSERT_TRUE(server_->riva()
+                  ->GetRivaSpeechRecognitionConfig(
+                      &context, rasr::RivaSpeechRecognitionConfigRequest(), &response)
+                  .ok());
+  std::set<std::string> types;
+  for (const auto& c : response.model_config()) {
+    types.insert(c.parameters().at("type"));
+    EXPECT_EQ(c.parameters().at("language_code"), "en-US");
+    EXPECT_EQ(c.model_name(), server_->server()->engine()->model_name());
+  }
+  EXPECT_EQ(types, (std::set<std::string>{"online", "offline"}));
+
+  grpc::ClientContext unknown_context;
+  rasr::RivaSpeechRecognitionConfigRequest unknown;
+  unknown.set_model_name("nope");
+  EXPECT_EQ(server_->riva()
+                ->GetRivaSpeechRecognitionConfig(&unknown_context, unknown, &response)
+                .error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(ServerTest, RecognizeWav) {
+  pb::RecognizeRequest request;
+  request.mutable_config()->set_language_code("en-US");
+  request.mutable_config()->set_enable_word_time_offsets(true);
+  request.set_audio(TestWav());
+  request.set_request_id("offline-1");
+  pb::RecognizeResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  grpc::Status status = server_->asr()->Recognize(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_GE(response.results_size(), 1);
+  EXPECT_FALSE(response.results(0).alternatives(0).transcript().empty());
+  EXPECT_GT(response.results(0).alternatives(0).words_size(), 0);
+  EXPECT_GT(response.audio_duration(), 1.0f);
+  EXPECT_EQ(response.request_id(), "offline-1");
+}
+
+TEST_F(ServerTest, StreamingWithInterimResults) {
+  auto out =
+      RunStream<pb::Asr::Stub, pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>(
+          server_->asr(), JasperRequests(TestWav()));
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  int interim_before_final = 0, finals = 0;
+  float last_processed = 0;
+  for (const auto& r : out.responses) {
+    ASSERT_EQ(r.results_size(), 1);
+    const auto& res = r.results(0);
+    EXPECT_EQ(r.request_id(), "req-1");
+    EXPECT_GE(res.audio_processed(), last_processed - 1e-3f);
+    last_processed = res.audio_processed();
+    if (res.is_final()) {
+      ++finals;
+      EXPECT_GT(res.alternatives(0).words_size(), 0);
+    } else if (finals == 0) {
+      ++interim_before_final;
+      EXPECT_GT(res.stability(), 0.0f);
+      EXPECT_EQ(res.alternatives(0).words_size(), 0);
+    }
+  }
+  EXPECT_GT(interim_before_final, 0);
+  EXPECT_GE(finals, 1);
+  EXPECT_TRUE(out.responses.back().results(0).is_final());
+  EXPECT_FALSE(FinalText(out.responses).empty());
+}
+
+TEST_F(ServerTest, SpeechEventsAndForceFinal) {
+  const std::vector<std::string> chunks = Chunks(TestWav());
+  std::vector<pb::StreamingRecognizeRequest> requests = {JasperConfig(false, "", true)};
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (i == chunks.size() / 2) {
+      pb::StreamingRecognizeRequest force;
+      force.mutable_force_final();
+      requests.push_back(force);
+    }
+    requests.push_back(JasperAudio(chunks[i]));
+  }
+  auto out =
+      RunStream<pb::Asr::Stub, pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>(
+          server_->asr(), requests);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  std::vector<int> final_utterances;
+  int begins = 0, ends = 0;
+  for (const auto& r : out.responses) {
+    if (r.has_speech_event()) {
+      EXPECT_EQ(r.results_size(), 0);
+      begins += r.speech_event().type() == pb::SPEECH_ACTIVITY_BEGIN;
+      ends += r.speech_event().type() == pb::SPEECH_ACTIVITY_END;
+      EXPECT_LE(ends, begins);
+      continue;
+    }
+    ASSERT_EQ(r.results_size(), 1);
+    EXPECT_TRUE(r.results(0).is_final());  // interim_results = false
+    final_utterances.push_back(r.results(0).utterance_index());
+  }
+  // The force-final ends utterance 0 in the middle of the audio; the rest is another one.
+  ASSERT_GE(final_utterances.size(), 2u);
+  for (size_t i = 1; i < final_utterances.size(); ++i) {
+    EXPECT_GT(final_utterances[i], final_utterances[i - 1]);
+  }
+  EXPECT_GE(begins, 1);
+  EXPECT_EQ(begins, ends);
+}
+
+TEST_F(ServerTest, RivaRecognizeWavWithoutEncoding) {
+  rasr::RecognizeRequest request;
+  request.mutable_config()->set_language_code("en-US");  // no encoding, no rate
+  request.set_audio(TestWav());
+  request.mutable_id()->set_value("r-1");
+  rasr::RecognizeResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  grpc::Status status = server_->riva()->Recognize(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_GE(response.results_size(), 1);
+  EXPECT_FALSE(response.results(0).alternatives(0).transcript().empty());
+  EXPECT_GT(response.results(0).audio_processed(), 1.0f);
+  EXPECT_EQ(response.id().value(), "r-1");
+}
+
+TEST_F(ServerTest, RivaStreamingWavWithoutEncoding) {
+  auto out = RunStream<rasr::RivaSpeechRecognition::Stub, rasr::StreamingRecognizeRequest,
+                       rasr::StreamingRecognizeResponse>(server_->riva(), RivaRequests(TestWav()));
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  int finals = 0;
+  std::string text;
+  for (const auto& r : out.responses) {
+    EXPECT_EQ(r.id().value(), "riva-7");
+    ASSERT_EQ(r.results_size(), 1);
+    if (r.results(0).is_final()) {
+      ++finals;
+      text += r.results(0).alternatives(0).transcript();
+      EXPECT_GT(r.results(0).alternatives(0).words_size(), 0);
+    }
+  }
+  EXPECT_GE(finals, 1);
+  EXPECT_FALSE(text.empty());
+}
+
+TEST_F(ServerTest, ConcurrentStreamsAllComplete) {
+  constexpr int kStreams = 8;
+  std::vector<grpc::Status> statuses(kStreams);
+  std::vector<std::string> texts(kStreams);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStreams; ++i) {
+    threads.emplace_back([&, i] {
+      auto out =
+          RunStream<pb::Asr::Stub, pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>(
+              server_->asr(), JasperRequests(TestWav(), i % 2));
+      statuses[i] = out.status;
+      texts[i] = FinalText(out.responses);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kStreams; ++i) {
+    EXPECT_TRUE(statuses[i].ok()) << i << ": " << statuses[i].error_message();
+    EXPECT_FALSE(texts[i].empty()) << i;
+  }
+  // Every call releases its admission slot (in OnDone, just after the client saw its status).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5 * kSlowdown);
+  while (server_->server()->engine()->active_calls() > 0 &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(server_->server()->engine()->active_calls(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors.
+
+TEST_F(ServerTest, AudioBeforeConfigIsInvalidArgument) {
+  auto out =
+      RunStream<pb::Asr::Stub, pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>(
+          server_->asr(), {JasperAudio(TestWav().substr(0, 3200))});
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(out.status.error_message(), HasSubstr("config"));
+}
+
+TEST_F(ServerTest, MissingConfigIsInvalidArgument) {
+  auto out =
+      RunStream<pb::Asr::Stub, pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>(
+          server_->asr(), {});
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ServerTest, SecondConfigIsInvalidArgument) {
+  auto out =
+      RunStream<pb::Asr::Stub, pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>(
+          server_->asr(), {JasperConfig(), JasperConfig()});
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ServerTest, StereoIsInvalidArgument) {
+  // A stereo WAV header, Riva style (no encoding set): rejected when the header is read.
+  auto out = RunStream<rasr::RivaSpeechRecognition::Stub, rasr::StreamingRecognizeRequest,
+                       rasr::StreamingRecognizeResponse>(
+      server_->riva(), RivaRequests(SyntheticWav(1.0, 16000, /*channels=*/2)));
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << out.status.error_message();
+  // A config asking for two channels: rejected at once.
+  pb::RecognizeRequest request;
+  request.mutable_config()->set_audio_channel_count(2);
+  request.mutable_config()->set_sample_rate_hertz(16000);
+  request.set_audio(std::string(3200, '\0'));
+  pb::RecognizeResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  grpc::Status status = server_->asr()->Recognize(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("mono"));
+}
+
+TEST_F(ServerTest, RawAudioWithoutRateIsInvalidArgument) {
+  std::vector<pb::StreamingRecognizeRequest> requests = {JasperConfig(),
+                                                         JasperAudio(std::string(3200, '\1'))};
+  auto out =
+      RunStream<pb::Asr::Stub, pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>(
+          server_->asr(), requests);
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ServerTest, UnknownModelIsNotFound) {
+  auto out =
+      RunStream<pb::Asr::Stub, pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>(
+          server_->asr(), {JasperConfig(true, "no-such-model")});
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(out.status.error_message(), HasSubstr("no-such-model"));
+
+  rasr::RecognizeRequest request;
+  request.mutable_config()->set_model("no-such-model");
+  request.set_audio(TestWav());
+  rasr::RecognizeResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  EXPECT_EQ(server_->riva()->Recognize(&context, request, &response).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(ServerTest, OversizeMessageIsResourceExhausted) {
+  pb::RecognizeRequest request;
+  request.mutable_config()->set_sample_rate_hertz(16000);
+  request.set_audio(std::string((1 << 20) + 1024, '\0'));
+  pb::RecognizeResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  EXPECT_EQ(server_->asr()->Recognize(&context, request, &response).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // The same limit holds for each message of a stream.
+  std::vector<pb::StreamingRecognizeRequest> requests = {
+      JasperConfig(), JasperAudio(TestWav().substr(0, 3200)),
+      JasperAudio(std::string((1 << 20) + 1024, '\0'))};
+  auto out =
+      RunStream<pb::Asr::Stub, pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>(
+          server_->asr(), requests);
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << out.status.error_message();
+}
+
+TEST(ServerLimitsTest, TooManyStreamsIsResourceExhausted) {
+  ServerOptions options = MainOptions();
+  options.max_concurrent_streams = 2;
+  Server server(options);
+  ASSERT_NE(server.server(), nullptr);
+  using Stream =
+      grpc::ClientReaderWriter<pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>;
+  grpc::ClientContext c1, c2, c3;
+  for (auto* c : {&c1, &c2, &c3}) c->set_deadline(Deadline());
+  std::unique_ptr<Stream> s1 = server.asr()->StreamingRecognize(&c1);
+  std::unique_ptr<Stream> s2 = server.asr()->StreamingRecognize(&c2);
+  ASSERT_TRUE(s1->Write(JasperConfig()));
+  ASSERT_TRUE(s2->Write(JasperConfig()));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5 * kSlowdown);
+  while (server.server()->engine()->active_calls() < 2 &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(server.server()->engine()->active_calls(), 2);
+  std::unique_ptr<Stream> s3 = server.asr()->StreamingRecognize(&c3);
+  pb::StreamingRecognizeResponse response;
+  EXPECT_FALSE(s3->Read(&response));
+  grpc::Status status = s3->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("max_concurrent_streams"));
+  // The open streams still work, and their slots come back when they end.
+  for (Stream* s : {s1.get(), s2.get()}) {
+    for (const std::string& chunk : Chunks(TestWav())) ASSERT_TRUE(s->Write(JasperAudio(chunk)));
+    s->WritesDone();
+    while (s->Read(&response)) {
+    }
+    EXPECT_TRUE(s->Finish().ok());
+  }
+  auto out =
+      RunStream<pb::Asr::Stub, pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>(
+          server.asr(), JasperRequests(TestWav()));
+  EXPECT_TRUE(out.status.ok()) << out.status.error_message();
+}
+
+TEST(ServerLimitsTest, IdleStreamIsOutOfRange) {
+  ServerOptions options = MainOptions();
+  options.idle_timeout_ms = 300;
+  Server server(options);
+  ASSERT_NE(server.server(), nullptr);
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  auto stream = server.asr()->StreamingRecognize(&context);
+  ASSERT_TRUE(stream->Write(JasperConfig()));
+  ASSERT_TRUE(stream->Write(JasperAudio(TestWav().substr(0, 6400))));
+  // Then nothing: the server ends the stream.
+  const auto start = std::chrono::steady_clock::now();
+  pb::StreamingRecognizeResponse response;
+  while (stream->Read(&response)) {
+  }
+  grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::OUT_OF_RANGE) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("idle_timeout_ms"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5 * kSlowdown));
+}
+
+TEST(ServerShutdownTest, NewCallsUnavailableOpenStreamsGetFinals) {
+  ServerOptions options = MainOptions();
+  options.shutdown_grace_ms = 5000;
+  Server server(options);
+  ASSERT_NE(server.server(), nullptr);
+  grpc::ClientContext context;
+  context.set_deadline(Deadline());
+  auto stream = server.asr()->StreamingRecognize(&context);
+  ASSERT_TRUE(stream->Write(JasperConfig(/*interim=*/true)));
+  for (const std::string& chunk : Chunks(TestWav())) ASSERT_TRUE(stream->Write(JasperAudio(chunk)));
+  // Wait until the audio is being recognized (an interim result), without half-closing.
+  pb::StreamingRecognizeResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+
+  std::thread shutdown([&] { server.server()->Shutdown(); });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5 * kSlowdown);
+  while (!server.server()->engine()->draining() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(server.HealthStatus(), 2);  // NOT_SERVING
+  {
+    auto out =
+        RunStream<pb::Asr::Stub, pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>(
+            server.asr(), JasperRequests(TestWav()));
+    EXPECT_EQ(out.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  }
+  bool got_final = false;
+  while (stream->Read(&response)) {
+    got_final |= response.results_size() > 0 && response.results(0).is_final();
+  }
+  grpc::Status status = stream->Finish();
+  shutdown.join();
+  EXPECT_TRUE(got_final);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("shutting down"));
+}
+
+}  // namespace
+}  // namespace jasper::server

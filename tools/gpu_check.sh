@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# tools/gpu_check.sh: one command that checks the CUDA kernels and the CUDA backend on a GPU.
+#
+# Runs cuda_tiling_test (CPU), cuda_kernels_test (all kernel/head/backend tests), then
+# compute-sanitizer --tool memcheck and --tool racecheck on the reduced case set
+# (JASPER_CUDA_TEST_QUICK=1 + a gtest filter), and prints a table: step, result, seconds.
+# Budget: under 8 minutes on an H200 including the build (every step has a timeout and the
+# whole run a deadline). Exit status 0 only when every step passed.
+#
+# Approach. The GPU machine has the NVIDIA driver, nvcc and CMake but NONE of the Debian -dev
+# packages the project builds against (Abseil, GoogleTest, OpenBLAS, soxr, nlohmann-json) and no
+# network, so the full tree cannot be configured there. Hence two halves:
+#   1. here, on a development machine with the -dev packages and nvcc (no GPU needed):
+#        tools/gpu_check.sh --package [PKG_DIR]        (default PKG_DIR: build-gpu-pkg)
+#      configures build-gpu/ (Release, CUDA architecture 90 only = sm_90 SASS + PTX), builds
+#      the two test binaries (static GoogleTest and static CUDA runtime, so they need only the
+#      driver) and copies them with their non-system shared libraries (Abseil, OpenBLAS, ...)
+#      into PKG_DIR/{bin,lib} (about 45 MB; build-* is git-ignored, so carry it explicitly);
+#   2. on the GPU machine:
+#        tools/gpu_check.sh --prebuilt PKG_DIR         (nothing is compiled there)
+#   On a machine that has both the -dev packages and a GPU, `tools/gpu_check.sh` alone builds
+#   (same flags) and runs in one go.
+# Logs go to $GPU_CHECK_LOGS (default: PKG_DIR/logs, or build-gpu/logs when building).
+set -uo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+budget_s=${GPU_CHECK_BUDGET_S:-470}  # leaves headroom inside the 8-minute target
+start_s=$SECONDS
+mode=build
+pkg=""
+case "${1:-}" in
+  --package) mode=package; pkg=${2:-$repo/build-gpu-pkg} ;;
+  --prebuilt)
+    mode=prebuilt
+    pkg=${2:?usage: $0 --prebuilt PKG_DIR}
+    ;;
+  "" ) ;;
+  -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+  *) echo "usage: $0 [--package [PKG_DIR] | --prebuilt PKG_DIR]" >&2; exit 2 ;;
+esac
+[ -n "$pkg" ] && pkg=$(mkdir -p "$pkg" && cd "$pkg" && pwd)
+
+build_dir=$repo/build-gpu
+nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+
+declare -a rows=()
+failed=0
+row() { rows+=("$(printf '%-34s %-30s %7s' "$1" "$2" "$3")"); }
+
+configure_and_build() {
+  [ -x "$nvcc_bin" ] || { echo "nvcc not found (set PATH or install the CUDA toolkit)" >&2; return 1; }
+  cmake -S "$repo" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DJASPER_CUDA=ON \
+    -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DCMAKE_CUDA_ARCHITECTURES=90 >"$build_dir.configure.log" 2>&1 \
+    || { tail -30 "$build_dir.configure.log" >&2; return 1; }
+  cmake --build "$build_dir" --target cuda_tiling_test cuda_kernels_test >"$build_dir.build.log" 2>&1 \
+    || { tail -40 "$build_dir.build.log" >&2; return 1; }
+}
+
+# Copies the shared libraries a program needs, minus what every Linux + NVIDIA driver machine
+# has; prefers the project's shared helper when present.
+bundle_libs() {
+  local out=$1; shift
+  local helper
+  for helper in "$repo/../shared/tools/bundle-runtime-libs.sh" /work/shared/tools/bundle-runtime-libs.sh; do
+    if [ -x "$helper" ]; then "$helper" "$out" "$@"; return; fi
+  done
+  local skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libstdc\+\+\.|libgcc_s\.|libcuda\.|libnvidia)'
+  local prog name arrow path
+  for prog in "$@"; do
+    while read -r name arrow path _; do
+      if [ "$arrow" != "=>" ] || [ ! -e "$path" ]; then continue; fi
+      [[ $name =~ $skip ]] && continue
+      cp -Ln "$path" "$out/$name"
+    done < <(ldd "$prog")
+  done
+}
+
+if [ "$mode" = package ]; then
+  t0=$SECONDS
+  configure_and_build || exit 1
+  rm -rf "${pkg:?}/bin" "${pkg:?}/lib" "${pkg:?}/logs"
+  mkdir -p "$pkg/bin" "$pkg/lib"
+  cp "$build_dir/tests/cuda_tiling_test" "$build_dir/tests/cuda_kernels_test" "$pkg/bin/"
+  bundle_libs "$pkg/lib" "$pkg/bin/cuda_tiling_test" "$pkg/bin/cuda_kernels_test" >/dev/null || exit 1
+  cp "$0" "$pkg/gpu_check.sh"
+  {
+    echo "built: $(date -u +%FT%TZ) on $(hostname)"
+    echo "source: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown) (+ working tree)"
+    echo "nvcc: $("$nvcc_bin" --version | tail -1)"
+    echo "cuda architectures: 90"
+  } >"$pkg/MANIFEST"
+  echo "packaged into $pkg ($(du -sh "$pkg" | cut -f1), $((SECONDS - t0)) s)."
+  echo "On the GPU machine: tools/gpu_check.sh --prebuilt $(basename "$pkg")"
+  exit 0
+fi
+
+if [ "$mode" = build ]; then
+  t0=$SECONDS
+  if configure_and_build; then
+    row "build (Release, sm_90)" "OK" "$((SECONDS - t0))"
+  else
+    row "build (Release, sm_90)" "FAIL" "$((SECONDS - t0))"
+    printf '%s\n' "${rows[@]}"
+    exit 1
+  fi
+  bin=$build_dir/tests
+  logs=${GPU_CHECK_LOGS:-$build_dir/logs}
+else
+  bin=$pkg/bin
+  logs=${GPU_CHECK_LOGS:-$pkg/logs}
+  export LD_LIBRARY_PATH="$pkg/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  [ -f "$pkg/MANIFEST" ] && sed 's/^/package /' "$pkg/MANIFEST"
+fi
+mkdir -p "$logs"
+
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | sed 's/^/gpu: /'
+else
+  echo "gpu: nvidia-smi not found; the CUDA tests will skip if no device is visible" >&2
+fi
+
+sanitizer=""
+for candidate in "$(command -v compute-sanitizer 2>/dev/null)" \
+  "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" \
+  "${CUDA_HOME:-/usr/local/cuda}/compute-sanitizer/compute-sanitizer"; do
+  if [ -n "$candidate" ] && [ -x "$candidate" ]; then sanitizer=$candidate; break; fi
+done
+
+# step NAME CAP_SECONDS LOGFILE CMD...: runs with timeout min(cap, remaining budget); summarizes
+# the gtest counts; a run where every test skipped is reported as SKIPPED (not a pass).
+step() {
+  local name=$1 cap=$2 log=$3; shift 3
+  local left=$((budget_s - (SECONDS - start_s)))
+  local limit=$((cap < left ? cap : left))
+  if [ "$limit" -le 5 ]; then row "$name" "NOT RUN (time budget)" "0"; failed=1; return; fi
+  local t0=$SECONDS rc
+  timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
+  rc=$?
+  local dt=$((SECONDS - t0))
+  local passed skipped failures result
+  passed=$(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -1)
+  skipped=$(grep -Eo '^\[  SKIPPED \] [0-9]+ test' "$log" | grep -Eo '[0-9]+' | tail -1)
+  failures=$(grep -Eo '^\[  FAILED  \] [0-9]+ test' "$log" | grep -Eo '[0-9]+' | tail -1)
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    result="TIMEOUT (${limit}s)"
+    failed=1
+  elif [ "$rc" -ne 0 ]; then
+    result="FAIL rc=$rc${failures:+, $failures failed}"
+    failed=1
+  elif [ "${passed:-0}" -eq 0 ] && [ "${skipped:-0}" -gt 0 ]; then
+    result="SKIPPED (no GPU?)"
+    failed=1
+  else
+    result="PASS ${passed:-?}${skipped:+ (+$skipped skipped)}"
+  fi
+  row "$name" "$result" "$dt"
+}
+
+quick_filter='Cases/CudaKernelsTest.*:Precisions/CudaHeadTest.*:Models/CudaBackendTest.*Fp32:Models/CudaBackendTest.QuartzNetLikeFp16'
+race_filter='Cases/CudaKernelsTest.*:Precisions/CudaHeadTest.LogSoftmax*'
+
+step "cuda_tiling_test (CPU)" 60 "$logs/cuda_tiling_test.log" "$bin/cuda_tiling_test"
+step "cuda_kernels_test (all)" 180 "$logs/cuda_kernels_test.log" "$bin/cuda_kernels_test"
+if [ -n "$sanitizer" ]; then
+  step "memcheck (quick set)" 150 "$logs/memcheck.log" \
+    env JASPER_CUDA_TEST_QUICK=1 "$sanitizer" --tool memcheck --error-exitcode 1 \
+    "$bin/cuda_kernels_test" --gtest_filter="$quick_filter"
+  step "racecheck (quick kernel set)" 150 "$logs/racecheck.log" \
+    env JASPER_CUDA_TEST_QUICK=1 "$sanitizer" --tool racecheck --racecheck-report all \
+    --error-exitcode 1 "$bin/cuda_kernels_test" --gtest_filter="$race_filter"
+else
+  row "memcheck" "NOT RUN (no compute-sanitizer)" "0"
+  row "racecheck" "NOT RUN (no compute-sanitizer)" "0"
+  failed=1
+fi
+
+echo
+printf '%-34s %-30s %7s\n' "step" "result" "seconds"
+printf '%s\n' "${rows[@]}"
+echo "total: $((SECONDS - start_s)) s; logs in $logs"
+if [ "$failed" -ne 0 ]; then
+  echo "first failures:"
+  grep -hE '^\[  FAILED  \]|Failure|ERROR SUMMARY: [1-9]|RACECHECK SUMMARY: [1-9]|Hazard' \
+    "$logs"/*.log 2>/dev/null | head -20
+fi
+exit "$failed"
