@@ -122,7 +122,6 @@ absl::Status AudioInput::ParseWavHeader(bool* complete) {
       // Let the WAV decoder validate the format (tag, bits, block align, rate, channels).
       absl::StatusOr<Audio> probe = DecodeWav(wav_header_);
       if (!probe.ok()) return Fail(probe.status());
-      (void)fmt_tag;
       is_wav_ = true;
       format_.sample_rate_hz = probe->sample_rate;
       format_.channels = probe->channels;

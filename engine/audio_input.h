@@ -93,8 +93,8 @@ class AudioInput {
   // data can be decoded by DecodeWav (engine/wav.h) whatever the sample format.
   bool is_wav_ = false;
   std::vector<uint8_t> wav_header_;
-  int block_align_ = 2;               // bytes per sample frame of the input
-  int64_t wav_data_bytes_left_ = -1;  // declared data bytes still expected; -1 = unknown
+  int block_align_ = 2;                   // bytes per sample frame of the input
+  int64_t wav_data_bytes_left_ = -1;      // declared data bytes still expected; -1 = unknown
   std::unique_ptr<Resampler> resampler_;  // null when the rates are equal
   std::vector<float> scratch_;
   std::vector<uint8_t> wav_scratch_;

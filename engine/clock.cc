@@ -1,12 +1,15 @@
 #include "engine/clock.h"
 
-#include <vector>
-
 namespace jasper {
 
 Clock* Clock::Real() {
   static Clock* const clock = new RealClock();
   return clock;
+}
+
+bool RealClock::WaitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                          absl::Time deadline, const std::function<bool()>& done) {
+  return cv.wait_until(lock, absl::ToChronoTime(deadline), done);
 }
 
 FakeClock::FakeClock(absl::Time start) : now_ns_(absl::ToUnixNanos(start)) {}
@@ -15,64 +18,57 @@ absl::Time FakeClock::Now() const {
   return absl::FromUnixNanos(now_ns_.load(std::memory_order_acquire));
 }
 
-bool FakeClock::AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& cond,
-                                  absl::Time deadline) {
+bool FakeClock::WaitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                          absl::Time deadline, const std::function<bool()>& done) {
   const int64_t deadline_ns = absl::ToUnixNanos(deadline);
-  struct Wait {
-    const absl::Condition* cond;
-    const std::atomic<int64_t>* now_ns;
-    int64_t deadline_ns;
-    bool operator()() const {
-      return cond->Eval() || now_ns->load(std::memory_order_acquire) >= deadline_ns;
-    }
+  const auto finished = [&] {
+    return done() || now_ns_.load(std::memory_order_acquire) >= deadline_ns;
   };
-  const Wait wait{&cond, &now_ns_, deadline_ns};
-  if (wait()) return cond.Eval();
+  if (finished()) return done();
   {
-    absl::MutexLock lock(&waiters_mu_);
+    std::lock_guard<std::mutex> w(waiters_mu_);
     ++waiters_;
   }
-  // Advance() locks and unlocks every registered mutex after moving time, which makes absl
-  // re-evaluate this condition.
-  mu->Await(absl::Condition(&wait));
+  waiters_cv_.notify_all();
+  // Advance() moves the time, then locks our mutex (so it cannot slip in between the check
+  // above and the wait) and notifies `cv`.
+  cv.wait(lock, finished);
   {
-    absl::MutexLock lock(&waiters_mu_);
+    std::lock_guard<std::mutex> w(waiters_mu_);
     --waiters_;
   }
-  return cond.Eval();
+  return done();
 }
 
-void FakeClock::RegisterMutex(absl::Mutex* mu) {
-  absl::MutexLock lock(&registry_mu_);
-  registered_.insert(mu);
+void FakeClock::RegisterWaiter(std::mutex* mu, std::condition_variable* cv) {
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  registered_.emplace(mu, cv);
 }
 
-void FakeClock::UnregisterMutex(absl::Mutex* mu) {
-  absl::MutexLock lock(&registry_mu_);
-  auto it = registered_.find(mu);
+void FakeClock::UnregisterWaiter(std::mutex* mu, std::condition_variable* cv) {
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  auto it = registered_.find({mu, cv});
   if (it != registered_.end()) registered_.erase(it);
 }
 
 void FakeClock::Advance(absl::Duration d) {
-  if (d < absl::ZeroDuration()) d = absl::ZeroDuration();
-  absl::MutexLock lock(&registry_mu_);
+  if (d < absl::ZeroDuration()) return;
+  std::lock_guard<std::mutex> lock(registry_mu_);
   now_ns_.fetch_add(absl::ToInt64Nanoseconds(d), std::memory_order_acq_rel);
-  for (absl::Mutex* mu : registered_) {
-    mu->Lock();
-    mu->Unlock();  // re-evaluates the conditions of the threads waiting on *mu
+  for (const auto& [mu, cv] : registered_) {
+    { std::lock_guard<std::mutex> waiter_lock(*mu); }
+    cv->notify_all();
   }
 }
 
 int FakeClock::waiters() const {
-  absl::MutexLock lock(&waiters_mu_);
+  std::lock_guard<std::mutex> lock(waiters_mu_);
   return waiters_;
 }
 
 void FakeClock::BlockUntilWaiters(int n) const {
-  absl::MutexLock lock(&waiters_mu_);
-  const auto enough = [this, n]()
-                          ABSL_EXCLUSIVE_LOCKS_REQUIRED(waiters_mu_) { return waiters_ >= n; };
-  waiters_mu_.Await(absl::Condition(&enough));
+  std::unique_lock<std::mutex> lock(waiters_mu_);
+  waiters_cv_.wait(lock, [&] { return waiters_ >= n; });
 }
 
 }  // namespace jasper

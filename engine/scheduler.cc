@@ -48,7 +48,7 @@ Scheduler::Scheduler(std::vector<std::unique_ptr<Backend>> replicas,
   buckets_.resize(options_.bucket_frames.size() + 1);
   stats_.bucket_requests.assign(buckets_.size(), 0);
   stats_.replicas = static_cast<int>(replicas_.size());
-  clock_->RegisterMutex(&mu_);
+  clock_->RegisterWaiter(&mu_, &work_cv_);
   callback_thread_ = std::thread([this] { CallbackLoop(); });
   workers_.reserve(replicas_.size());
   for (size_t i = 0; i < replicas_.size(); ++i) {
@@ -59,11 +59,12 @@ Scheduler::Scheduler(std::vector<std::unique_ptr<Backend>> replicas,
 Scheduler::~Scheduler() {
   Shutdown();
   {
-    absl::MutexLock lock(&post_mu_);
+    std::lock_guard<std::mutex> lock(post_mu_);
     post_stop_ = true;
   }
+  post_cv_.notify_all();
   callback_thread_.join();  // runs what was posted before it stops
-  clock_->UnregisterMutex(&mu_);
+  clock_->UnregisterWaiter(&mu_, &work_cv_);
 }
 
 int Scheduler::BucketOf(int padded_frames) const {
@@ -87,7 +88,7 @@ absl::Status Scheduler::Submit(WindowRequest& request) {
                                                       f.num_features));
   }
   const int bucket = BucketOf(f.padded_frames);
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (!invalid.ok()) {
     ++stats_.rejected;
     return invalid;
@@ -109,6 +110,7 @@ absl::Status Scheduler::Submit(WindowRequest& request) {
   ++queued_;
   ++stats_.submitted;
   ++stats_.bucket_requests[bucket];
+  work_cv_.notify_all();
   return absl::OkStatus();
 }
 
@@ -126,12 +128,9 @@ int Scheduler::OldestBucket() const {
 }
 
 std::vector<Scheduler::Pending> Scheduler::NextBatch() {
-  absl::MutexLock lock(&mu_);
-  const auto has_work_or_stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return queued_ > 0 || shutting_down_;
-  };
+  std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    mu_.Await(absl::Condition(&has_work_or_stop));
+    work_cv_.wait(lock, [this] { return queued_ > 0 || shutting_down_; });
     if (queued_ == 0) return {};  // shutting down with nothing left
     const int bucket = OldestBucket();
     std::deque<Pending>& q = buckets_[bucket];
@@ -143,10 +142,9 @@ std::vector<Scheduler::Pending> Scheduler::NextBatch() {
       // Wait for the batch to fill, the deadline, or shutdown; then look again (another worker
       // may have taken these requests meanwhile).
       const size_t want = static_cast<size_t>(options_.max_batch_size);
-      const auto full_or_stop = [this, bucket, want]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      clock_->WaitUntil(lock, work_cv_, deadline, [this, bucket, want] {
         return buckets_[bucket].size() >= want || shutting_down_;
-      };
-      clock_->AwaitWithDeadline(&mu_, absl::Condition(&full_or_stop), deadline);
+      });
       continue;
     }
     std::vector<Pending> batch;
@@ -274,7 +272,7 @@ void Scheduler::RunBatch(Backend* backend, std::vector<Pending> batch) {
     }
   }
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     stats_.running -= static_cast<int64_t>(batch.size());
     ++stats_.batches;
     sum_batch_sizes_ += static_cast<double>(batch.size());
@@ -293,21 +291,23 @@ void Scheduler::RunBatch(Backend* backend, std::vector<Pending> batch) {
 }
 
 void Scheduler::Shutdown() {
-  absl::MutexLock join_lock(&shutdown_mu_);
+  std::lock_guard<std::mutex> join_lock(shutdown_mu_);
   if (joined_) return;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     shutting_down_ = true;
   }
+  work_cv_.notify_all();
   for (std::thread& t : workers_) t.join();
   joined_ = true;
 }
 
 void Scheduler::Post(std::function<void()> fn) {
   {
-    absl::MutexLock lock(&post_mu_);
+    std::lock_guard<std::mutex> lock(post_mu_);
     if (!post_stop_) {
       posted_.push_back(std::move(fn));
+      post_cv_.notify_one();
       return;
     }
   }
@@ -315,14 +315,11 @@ void Scheduler::Post(std::function<void()> fn) {
 }
 
 void Scheduler::CallbackLoop() {
-  const auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(post_mu_) {
-    return !posted_.empty() || post_stop_;
-  };
   for (;;) {
     std::function<void()> fn;
     {
-      absl::MutexLock lock(&post_mu_);
-      post_mu_.Await(absl::Condition(&ready));
+      std::unique_lock<std::mutex> lock(post_mu_);
+      post_cv_.wait(lock, [this] { return !posted_.empty() || post_stop_; });
       if (posted_.empty()) return;  // stopping with nothing left
       fn = std::move(posted_.front());
       posted_.pop_front();
@@ -332,7 +329,7 @@ void Scheduler::CallbackLoop() {
 }
 
 SchedulerStats Scheduler::Stats() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   SchedulerStats s = stats_;
   s.queue_depth = queued_;
   if (stats_.batches > 0) {

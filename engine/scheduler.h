@@ -26,17 +26,18 @@
 #ifndef JASPER_ENGINE_SCHEDULER_H_
 #define JASPER_ENGINE_SCHEDULER_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/backend.h"
 #include "engine/clock.h"
@@ -45,9 +46,9 @@
 namespace jasper {
 
 struct SchedulerOptions {
-  int max_batch_size = 8;       // [1, 256]
-  int max_queue_delay_ms = 5;   // [0, 10000]; 0 = never wait for a batch to fill
-  int max_queued_windows = 512; // [1, 1000000]; queued, not yet running
+  int max_batch_size = 8;        // [1, 256]
+  int max_queue_delay_ms = 5;    // [0, 10000]; 0 = never wait for a batch to fill
+  int max_queued_windows = 512;  // [1, 1000000]; queued, not yet running
   // Upper bounds (padded feature frames, strictly increasing, > 0) of the length buckets. A
   // request goes to the first bucket whose bound >= its padded frame count; longer requests
   // share one overflow bucket. The defaults fit the default streaming window (3.2 s = 336
@@ -78,17 +79,17 @@ struct WindowRequest {
 };
 
 struct SchedulerStats {
-  int64_t queue_depth = 0;    // requests waiting now
-  int64_t running = 0;        // requests in batches running now
-  int64_t submitted = 0;      // accepted by Submit()
-  int64_t rejected = 0;       // refused by Submit() (full queue, shut down, bad request)
-  int64_t completed = 0;      // done(OK) called
-  int64_t failed = 0;         // done(error) called
+  int64_t queue_depth = 0;  // requests waiting now
+  int64_t running = 0;      // requests in batches running now
+  int64_t submitted = 0;    // accepted by Submit()
+  int64_t rejected = 0;     // refused by Submit() (full queue, shut down, bad request)
+  int64_t completed = 0;    // done(OK) called
+  int64_t failed = 0;       // done(error) called
   int64_t batches = 0;
   double mean_batch_size = 0;
   int max_batch_size_seen = 0;
   double mean_queue_ms = 0;
-  double mean_compute_ms = 0;   // per batch
+  double mean_compute_ms = 0;            // per batch
   std::vector<int64_t> bucket_requests;  // accepted per bucket (last = overflow)
   int replicas = 0;
 };
@@ -141,32 +142,37 @@ class Scheduler {
             Clock* clock);
   void WorkerLoop(int replica);
   // Picks the next batch (blocks); empty when the worker should exit.
-  std::vector<Pending> NextBatch() ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<Pending> NextBatch();
   void RunBatch(Backend* backend, std::vector<Pending> batch);
   void CallbackLoop();
   // Index of the bucket holding the oldest request, or -1. Requires mu_.
-  int OldestBucket() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int OldestBucket() const;
 
   const SchedulerOptions options_;
   Clock* const clock_;
   std::vector<std::unique_ptr<Backend>> replicas_;
 
-  mutable absl::Mutex mu_;
-  std::vector<std::deque<Pending>> buckets_ ABSL_GUARDED_BY(mu_);  // FIFO each
-  int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  SchedulerStats stats_ ABSL_GUARDED_BY(mu_);
-  double sum_batch_sizes_ ABSL_GUARDED_BY(mu_) = 0;
-  double sum_queue_ms_ ABSL_GUARDED_BY(mu_) = 0;
-  double sum_compute_ms_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<std::thread> workers_;
-  absl::Mutex shutdown_mu_;  // serializes Shutdown() callers while they join
-  bool joined_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+  // std::mutex rather than absl::Mutex: see engine/clock.h (ThreadSanitizer).
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;  // queue changed or shutdown (with mu_)
+  // All guarded by mu_:
+  std::vector<std::deque<Pending>> buckets_;  // FIFO each
+  int64_t queued_ = 0;
+  int64_t next_seq_ = 0;
+  bool shutting_down_ = false;
+  SchedulerStats stats_;
+  double sum_batch_sizes_ = 0;
+  double sum_queue_ms_ = 0;
+  double sum_compute_ms_ = 0;
 
-  absl::Mutex post_mu_;
-  std::deque<std::function<void()>> posted_ ABSL_GUARDED_BY(post_mu_);
-  bool post_stop_ ABSL_GUARDED_BY(post_mu_) = false;
+  std::vector<std::thread> workers_;
+  std::mutex shutdown_mu_;  // serializes Shutdown() callers while they join
+  bool joined_ = false;     // guarded by shutdown_mu_
+
+  std::mutex post_mu_;
+  std::condition_variable post_cv_;
+  std::deque<std::function<void()>> posted_;  // guarded by post_mu_
+  bool post_stop_ = false;                    // guarded by post_mu_
   std::thread callback_thread_;
 };
 

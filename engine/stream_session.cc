@@ -5,10 +5,10 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/features.h"
 #include "kernels/sub_block.h"
 
@@ -115,32 +115,30 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
     absl::Status status;
   };
 
-  // All ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_):
-  void CutWindows(std::vector<Cut>* cuts) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void TrimBuffer() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Time ArrivalTime(int64_t sample) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ProcessReadySlots() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ProcessWindow(const Slot& slot, const WindowResult& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EndUtterance(EndReason reason, int64_t end_frame, absl::Time audio_time)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Fail(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status TerminalStatus() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MaybeSignalSpace() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int64_t UnprocessedSamples() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // All with mu_ held:
+  void CutWindows(std::vector<Cut>* cuts);
+  void TrimBuffer();
+  absl::Time ArrivalTime(int64_t sample) const;
+  void ProcessReadySlots();
+  void ProcessWindow(const Slot& slot, const WindowResult& r);
+  void EndUtterance(EndReason reason, int64_t end_frame, absl::Time audio_time);
+  void Fail(absl::Status status);
+  absl::Status TerminalStatus() const;
+  void MaybeSignalSpace();
+  int64_t UnprocessedSamples() const;
   // Appends decoded audio; false (after failing the session) when the stream is too long.
-  bool AppendAudio(const std::vector<float>& samples, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Releases mu_'s section: posts the event drain if events are waiting. Call with mu_ held;
-  // returns whether a drain must be posted (after unlocking).
-  bool NeedDrain() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AppendAudio(const std::vector<float>& samples, absl::Time now);
+  // Whether events wait and no drain is posted yet (then marks it posted): the caller posts
+  // it with PostDrain() after unlocking.
+  bool NeedDrain();
 
   // Without mu_:
   void Featurize(Cut* cut) const;
   // Returns the error that ended the session, if submitting did.
-  absl::Status SubmitCuts(std::vector<Cut> cuts) ABSL_LOCKS_EXCLUDED(mu_);
-  void OnWindowDone(int64_t seq, absl::StatusOr<WindowResult> result) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status SubmitCuts(std::vector<Cut> cuts);
+  void OnWindowDone(int64_t seq, absl::StatusOr<WindowResult> result);
   void PostDrain();
-  void Drain() ABSL_LOCKS_EXCLUDED(mu_);
+  void Drain();
 
   // Immutable after Init().
   const std::shared_ptr<const Model> model_;
@@ -158,40 +156,42 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
   int window_padded_frames_ = 0;
 
   // Serializes the caller-facing calls that decode audio (AudioInput is single-threaded).
-  absl::Mutex api_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  std::unique_ptr<AudioInput> input_ ABSL_GUARDED_BY(api_mu_);
+  // std::mutex rather than absl::Mutex: see engine/clock.h (ThreadSanitizer).
+  std::mutex api_mu_;                  // acquired before mu_
+  std::unique_ptr<AudioInput> input_;  // guarded by api_mu_
 
-  mutable absl::Mutex mu_;
-  State state_ ABSL_GUARDED_BY(mu_) = State::kActive;
-  absl::Status terminal_ ABSL_GUARDED_BY(mu_);
-  bool muted_ ABSL_GUARDED_BY(mu_) = false;  // session destroyed: deliver nothing
+  mutable std::mutex mu_;
+  // Everything below, except callbacks_, is guarded by mu_.
+  State state_ = State::kActive;
+  absl::Status terminal_;
+  bool muted_ = false;  // session destroyed: deliver nothing
   // Audio at the model rate: samples [buffer_start_, audio_end_) are in buffer_ from
   // buffer_offset_ on.
-  std::vector<float> buffer_ ABSL_GUARDED_BY(mu_);
-  size_t buffer_offset_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t buffer_start_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t audio_end_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<std::pair<int64_t, absl::Time>> arrivals_ ABSL_GUARDED_BY(mu_);  // end, time
-  int64_t next_frame_ ABSL_GUARDED_BY(mu_) = 0;  // the next chunk starts at this frame
-  std::deque<FlushMark> flush_marks_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, Slot> pipeline_ ABSL_GUARDED_BY(mu_);  // by sequence number
-  int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  int inflight_ ABSL_GUARDED_BY(mu_) = 0;     // windows cut and not yet returned
-  int unsubmitted_ ABSL_GUARDED_BY(mu_) = 0;  // cut, not yet handed to the scheduler
-  std::vector<Cut> deferred_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> buffer_;
+  size_t buffer_offset_ = 0;
+  int64_t buffer_start_ = 0;
+  int64_t audio_end_ = 0;
+  std::deque<std::pair<int64_t, absl::Time>> arrivals_;  // end, time
+  int64_t next_frame_ = 0;                               // the next chunk starts at this frame
+  std::deque<FlushMark> flush_marks_;
+  std::map<int64_t, Slot> pipeline_;  // by sequence number
+  int64_t next_seq_ = 0;
+  int inflight_ = 0;     // windows cut and not yet returned
+  int unsubmitted_ = 0;  // cut, not yet handed to the scheduler
+  std::vector<Cut> deferred_;
   // Decoding.
-  GreedyCtcDecoder decoder_ ABSL_GUARDED_BY(mu_);
-  std::vector<CtcToken> tokens_ ABSL_GUARDED_BY(mu_);  // the current utterance's
-  int blank_run_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t utterance_start_frame_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t processed_frames_ ABSL_GUARDED_BY(mu_) = 0;
-  int utterance_index_ ABSL_GUARDED_BY(mu_) = 0;
-  bool any_final_ ABSL_GUARDED_BY(mu_) = false;
-  std::string last_interim_ ABSL_GUARDED_BY(mu_);
+  GreedyCtcDecoder decoder_;
+  std::vector<CtcToken> tokens_;  // the current utterance's
+  int blank_run_ = 0;
+  int64_t utterance_start_frame_ = 0;
+  int64_t processed_frames_ = 0;
+  int utterance_index_ = 0;
+  bool any_final_ = false;
+  std::string last_interim_;
   // Delivery.
-  mutable bool space_wanted_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<Event> outbox_ ABSL_GUARDED_BY(mu_);
-  bool drain_posted_ ABSL_GUARDED_BY(mu_) = false;
+  mutable bool space_wanted_ = false;
+  std::deque<Event> outbox_;
+  bool drain_posted_ = false;
   Callbacks callbacks_;  // used only by Drain(), which runs on the scheduler's callback thread
 };
 
@@ -279,11 +279,11 @@ bool StreamSession::Impl::AppendAudio(const std::vector<float>& samples, absl::T
 }
 
 absl::Status StreamSession::Impl::PushAudio(absl::Span<const uint8_t> bytes) {
-  absl::MutexLock api(&api_mu_);
+  std::lock_guard<std::mutex> api(api_mu_);
   bool post = false;
   absl::Status rejected;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (state_ != State::kActive) return TerminalStatus();
     if (UnprocessedSamples() >= max_buffered_samples_) {
       rejected = absl::ResourceExhaustedError(
@@ -302,7 +302,7 @@ absl::Status StreamSession::Impl::PushAudio(absl::Span<const uint8_t> bytes) {
   std::vector<Cut> cuts;
   absl::Status result;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (state_ != State::kActive) return TerminalStatus();  // cancelled meanwhile
     if (!decoded.ok()) {
       Fail(decoded);
@@ -321,7 +321,7 @@ absl::Status StreamSession::Impl::PushAudio(absl::Span<const uint8_t> bytes) {
 }
 
 bool StreamSession::Impl::CanAcceptAudio() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (state_ != State::kActive) return false;
   if (UnprocessedSamples() < max_buffered_samples_) return true;
   space_wanted_ = true;
@@ -329,16 +329,16 @@ bool StreamSession::Impl::CanAcceptAudio() const {
 }
 
 int64_t StreamSession::Impl::buffered_audio_ms() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return UnprocessedSamples() * 1000 / sample_rate_;
 }
 
 absl::Status StreamSession::Impl::ForceFinal() {
-  absl::MutexLock api(&api_mu_);
+  std::lock_guard<std::mutex> api(api_mu_);
   std::vector<Cut> cuts;
   bool post = false;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (state_ != State::kActive) return TerminalStatus();
     flush_marks_.push_back({audio_end_, SlotKind::kForceFinal, clock_->Now()});
     CutWindows(&cuts);
@@ -349,9 +349,9 @@ absl::Status StreamSession::Impl::ForceFinal() {
 }
 
 absl::Status StreamSession::Impl::Finish() {
-  absl::MutexLock api(&api_mu_);
+  std::lock_guard<std::mutex> api(api_mu_);
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kFinishing) return absl::OkStatus();
     if (state_ == State::kDone && terminal_.ok()) return absl::OkStatus();
     if (state_ != State::kActive) return TerminalStatus();
@@ -362,7 +362,7 @@ absl::Status StreamSession::Impl::Finish() {
   absl::Status result;
   bool post = false;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (state_ != State::kActive) return TerminalStatus();
     const absl::Time now = clock_->Now();
     if (!flushed.ok()) {
@@ -385,7 +385,7 @@ absl::Status StreamSession::Impl::Finish() {
 void StreamSession::Impl::Cancel(bool notify) {
   bool post = false;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (!notify) muted_ = true;
     if (state_ == State::kDone) return;
     if (notify) {
@@ -534,7 +534,7 @@ absl::Status StreamSession::Impl::SubmitCuts(std::vector<Cut> cuts) {
     if (cut.features.valid_frames <= 0) {
       // Too short to give features: a window without frames; nothing to run.
       {
-        absl::MutexLock lock(&mu_);
+        std::lock_guard<std::mutex> lock(mu_);
         --unsubmitted_;
       }
       OnWindowDone(cut.seq, WindowResult());
@@ -548,7 +548,7 @@ absl::Status StreamSession::Impl::SubmitCuts(std::vector<Cut> cuts) {
     s = scheduler_->Submit(request);
     bool post = false;
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       --unsubmitted_;
       if (s.ok()) continue;
       if (state_ == State::kDone) {
@@ -577,7 +577,7 @@ void StreamSession::Impl::OnWindowDone(int64_t seq, absl::StatusOr<WindowResult>
   std::vector<Cut> cuts;
   bool post = false;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kDone) return;
     auto it = pipeline_.find(seq);
     if (it == pipeline_.end()) return;
@@ -726,7 +726,7 @@ void StreamSession::Impl::Drain() {
   for (;;) {
     Event e;
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       if (muted_) outbox_.clear();
       if (outbox_.empty()) {
         drain_posted_ = false;

@@ -70,7 +70,7 @@ struct StreamingOptions {
 };
 
 struct SessionResult {
-  std::string transcript;        // the utterance's text so far (interim) or all of it (final)
+  std::string transcript;  // the utterance's text so far (interim) or all of it (final)
   bool is_final = false;
   float stability = 0.0f;        // 1.0 final; interim: 0.9 committed tokens only, 0.5 with
                                  // tokens from the look-ahead

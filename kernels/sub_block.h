@@ -83,10 +83,12 @@ void SubBlockReference(const SubBlockDesc& desc, const SubBlockWeights& weights,
                        const BatchGeometry& geometry, const ResidualInput* residuals,
                        int num_residuals, float* y);
 
-// Fused CPU sub-block: time-tiled; for each tile the depthwise output (or im2col rows) stays in
-// cache, one GEMM per tile, residual GEMMs accumulate into the same tile, and bias + ReLU + mask
-// are applied in the same pass. `workspace` must hold FusedSubBlockWorkspaceFloats(desc) floats
-// and is not read before it is written. No allocation.
+// Fused CPU sub-block: time-tiled (256 output frames). Separable: the tile's depthwise output
+// stays in cache and feeds one pointwise GEMM. Dense: one GEMM per tap on shifted views of the
+// input, summed into the output tile (no im2col: OpenBLAS re-packs the weights per call, so large
+// tiles win and im2col of a large tile would not fit in cache). Residual GEMMs accumulate into
+// the same tile; bias + ReLU + mask are applied in one pass. `workspace` must hold
+// FusedSubBlockWorkspaceFloats(desc) floats and is not read before it is written. No allocation.
 std::size_t FusedSubBlockWorkspaceFloats(const SubBlockDesc& desc);
 void FusedSubBlockCpu(const SubBlockDesc& desc, const SubBlockWeights& weights, const float* x,
                       const BatchGeometry& geometry, const ResidualInput* residuals,

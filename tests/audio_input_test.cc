@@ -65,7 +65,8 @@ std::vector<uint8_t> MakeWav(int tag, int channels, int rate, int bits,
 
 std::vector<float> Sine(int rate, double seconds, double hz, double amp = 0.5) {
   std::vector<float> x(static_cast<size_t>(rate * seconds));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(amp * std::sin(2 * kPi * hz * i / rate));
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>(amp * std::sin(2 * kPi * hz * i / rate));
   return x;
 }
 

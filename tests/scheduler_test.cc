@@ -1,18 +1,18 @@
-// Scheduler tests: batching by length bucket, max batch size, max queue delay (fake clock, no
-// sleeps), bounded admission, shutdown semantics, done exactly once, and batch independence
-// through the real CPU backend.
+// Scheduler tests (std::mutex, not absl::Mutex: see engine/clock.h): batching by length bucket, max
+// batch size, max queue delay (fake clock, no sleeps), bounded admission, shutdown semantics, done
+// exactly once, and batch independence through the real CPU backend.
 #include "engine/scheduler.h"
 
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "engine/backend.h"
 #include "engine/clock.h"
 #include "engine/cpu_backend.h"
@@ -34,7 +34,8 @@ Features MakeFeatures(int marker, int valid_frames, int padded_frames) {
   f.valid_frames = valid_frames;
   f.padded_frames = padded_frames;
   f.data.assign(static_cast<size_t>(padded_frames) * kWidth, 0.0f);
-  for (int t = 0; t < valid_frames; ++t) f.data[static_cast<size_t>(t) * kWidth] = marker * 1000 + t;
+  for (int t = 0; t < valid_frames; ++t)
+    f.data[static_cast<size_t>(t) * kWidth] = marker * 1000 + t;
   return f;
 }
 
@@ -51,10 +52,11 @@ struct BatchRecord {
 class FakeBackend : public Backend {
  public:
   struct Shared {
-    absl::Mutex mu;
-    std::vector<BatchRecord> batches ABSL_GUARDED_BY(mu);
-    bool paused ABSL_GUARDED_BY(mu) = false;
-    int running ABSL_GUARDED_BY(mu) = 0;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<BatchRecord> batches;  // guarded by mu
+    bool paused = false;               // guarded by mu
+    int running = 0;                   // guarded by mu
     int poison_marker = -1;
   };
   explicit FakeBackend(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
@@ -72,13 +74,11 @@ class FakeBackend : public Backend {
       if (marker == shared_->poison_marker) poisoned = true;
     }
     {
-      absl::MutexLock lock(&shared_->mu);
+      std::unique_lock<std::mutex> lock(shared_->mu);
       shared_->batches.push_back(rec);
       ++shared_->running;
-      const auto resumed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_->mu) {
-        return !shared_->paused;
-      };
-      shared_->mu.Await(absl::Condition(&resumed));
+      shared_->cv.notify_all();
+      shared_->cv.wait(lock, [this] { return !shared_->paused; });
       --shared_->running;
     }
     if (poisoned) return absl::InternalError("poisoned batch");
@@ -91,8 +91,8 @@ class FakeBackend : public Backend {
     for (int b = 0; b < in.batch; ++b) {
       out->lengths[b] = (in.lengths[b] + 1) / 2;
       for (int t = 0; t < out->lengths[b]; ++t) {
-        out->ids[static_cast<size_t>(b) * out->time + t] = static_cast<int>(
-            in.data[(static_cast<size_t>(b) * in.time + 2 * t) * in.features]);
+        out->ids[static_cast<size_t>(b) * out->time + t] =
+            static_cast<int>(in.data[(static_cast<size_t>(b) * in.time + 2 * t) * in.features]);
         out->best_log_probs[static_cast<size_t>(b) * out->time + t] = -0.25f;
       }
     }
@@ -109,39 +109,40 @@ class Results {
  public:
   std::function<void(absl::StatusOr<WindowResult>)> Done(int id) {
     return [this, id](absl::StatusOr<WindowResult> r) {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       ++calls_[id];
       results_[id] = std::move(r);
+      cv_.notify_all();
     };
   }
   void WaitFor(int n) {
-    absl::MutexLock lock(&mu_);
-    const auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this, n] {
       int total = 0;
       for (const auto& [id, c] : calls_) total += c;
       return total >= n;
-    };
-    mu_.Await(absl::Condition(&enough));
+    });
   }
   int Calls(int id) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return calls_.count(id) ? calls_[id] : 0;
   }
   int Total() {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     int total = 0;
     for (const auto& [id, c] : calls_) total += c;
     return total;
   }
   absl::StatusOr<WindowResult> Get(int id) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return results_.at(id);
   }
 
  private:
-  absl::Mutex mu_;
-  std::map<int, int> calls_ ABSL_GUARDED_BY(mu_);
-  std::map<int, absl::StatusOr<WindowResult>> results_ ABSL_GUARDED_BY(mu_);
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int, int> calls_;                             // guarded by mu_
+  std::map<int, absl::StatusOr<WindowResult>> results_;  // guarded by mu_
 };
 
 class SchedulerTest : public ::testing::Test {
@@ -160,22 +161,20 @@ class SchedulerTest : public ::testing::Test {
     return scheduler_->Submit(std::move(r));
   }
   void Pause() {
-    absl::MutexLock lock(&shared_->mu);
+    std::lock_guard<std::mutex> lock(shared_->mu);
     shared_->paused = true;
   }
   void Resume() {
-    absl::MutexLock lock(&shared_->mu);
+    std::lock_guard<std::mutex> lock(shared_->mu);
     shared_->paused = false;
+    shared_->cv.notify_all();
   }
   void WaitRunning(int n) {
-    absl::MutexLock lock(&shared_->mu);
-    const auto cond = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_->mu) {
-      return shared_->running >= n;
-    };
-    shared_->mu.Await(absl::Condition(&cond));
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    shared_->cv.wait(lock, [this, n] { return shared_->running >= n; });
   }
   std::vector<BatchRecord> Batches() {
-    absl::MutexLock lock(&shared_->mu);
+    std::lock_guard<std::mutex> lock(shared_->mu);
     return shared_->batches;
   }
   // Occupies the (single) worker with a paused batch so that what is submitted next queues up.
@@ -401,20 +400,20 @@ TEST_F(SchedulerTest, FailingBatchMemberDoesNotFailTheOthers) {
 
 TEST_F(SchedulerTest, PostRunsInOrderOnTheCallbackThread) {
   Start(SchedulerOptions());
-  absl::Mutex mu;
+  std::mutex mu;
+  std::condition_variable cv;
   std::vector<int> order;
   std::thread::id thread;
-  absl::Notification done;
   for (int i = 0; i < 100; ++i) {
     scheduler_->Post([&, i] {
-      absl::MutexLock lock(&mu);
+      std::lock_guard<std::mutex> lock(mu);
       order.push_back(i);
       thread = std::this_thread::get_id();
-      if (i == 99) done.Notify();
+      cv.notify_all();
     });
   }
-  done.WaitForNotification();
-  absl::MutexLock lock(&mu);
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return order.size() == 100; });
   ASSERT_EQ(order.size(), 100u);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(order[i], i);
   EXPECT_NE(thread, std::this_thread::get_id());
@@ -468,7 +467,9 @@ TEST(SchedulerConcurrencyTest, DoneExactlyOnceUnderLoad) {
 // ---------------------------------------------------------------------------------------------
 // Batch independence through the real CPU backend.
 
-std::string SourcePath(const std::string& rel) { return std::string(JASPER_SOURCE_DIR) + "/" + rel; }
+std::string SourcePath(const std::string& rel) {
+  return std::string(JASPER_SOURCE_DIR) + "/" + rel;
+}
 
 TEST(SchedulerCpuTest, ResultsDoNotDependOnBatchMates) {
   absl::StatusOr<std::shared_ptr<const Model>> model =

@@ -4,14 +4,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/backend.h"
 #include "engine/clock.h"
 #include "engine/cpu_backend.h"
@@ -85,47 +86,44 @@ class Collector {
   StreamSession::Callbacks Callbacks() {
     StreamSession::Callbacks cb;
     cb.on_result = [this](const SessionResult& r) {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       if (done_calls_ > 0) ++after_done_;
       (r.is_final ? finals_ : interims_).push_back(r);
+      cv_.notify_all();
     };
     cb.on_space_available = [this] {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       if (done_calls_ > 0) ++after_done_;
       ++space_;
+      cv_.notify_all();
     };
     cb.on_done = [this](absl::Status s) {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       ++done_calls_;
       status_ = s;
+      cv_.notify_all();
     };
     return cb;
   }
   absl::Status WaitDone() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(+[](int* n) { return *n > 0; }, &done_calls_));
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return done_calls_ > 0; });
     return status_;
   }
   void WaitFinals(size_t n) {
-    absl::MutexLock lock(&mu_);
-    const auto cond = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return finals_.size() >= n || done_calls_ > 0;
-    };
-    mu_.Await(absl::Condition(&cond));
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this, n] { return finals_.size() >= n || done_calls_ > 0; });
   }
   void WaitSpace() {
-    absl::MutexLock lock(&mu_);
-    const auto cond = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return space_ > 0 || done_calls_ > 0;
-    };
-    mu_.Await(absl::Condition(&cond));
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return space_ > 0 || done_calls_ > 0; });
   }
   std::vector<SessionResult> finals() {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return finals_;
   }
   std::vector<SessionResult> interims() {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return interims_;
   }
   std::string FinalText() {
@@ -136,22 +134,24 @@ class Collector {
     return absl::StrJoin(parts, " ");
   }
   int done_calls() {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return done_calls_;
   }
   int after_done() {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return after_done_;
   }
 
  private:
-  absl::Mutex mu_;
-  std::vector<SessionResult> finals_ ABSL_GUARDED_BY(mu_);
-  std::vector<SessionResult> interims_ ABSL_GUARDED_BY(mu_);
-  int space_ ABSL_GUARDED_BY(mu_) = 0;
-  int done_calls_ ABSL_GUARDED_BY(mu_) = 0;
-  int after_done_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::mutex mu_;  // not absl::Mutex: see engine/clock.h (ThreadSanitizer)
+  std::condition_variable cv_;
+  // Guarded by mu_:
+  std::vector<SessionResult> finals_;
+  std::vector<SessionResult> interims_;
+  int space_ = 0;
+  int done_calls_ = 0;
+  int after_done_ = 0;
+  absl::Status status_;
 };
 
 class StreamSessionTest : public ::testing::Test {
@@ -172,8 +172,8 @@ class StreamSessionTest : public ::testing::Test {
     if (model_ == nullptr || fox_ == nullptr) GTEST_SKIP() << "fixture model or audio missing";
   }
 
-  std::unique_ptr<Scheduler> MakeScheduler(SchedulerOptions options = {},
-                                           Clock* clock = nullptr, int replicas = 1) {
+  std::unique_ptr<Scheduler> MakeScheduler(SchedulerOptions options = {}, Clock* clock = nullptr,
+                                           int replicas = 1) {
     std::vector<std::unique_ptr<Backend>> backends;
     for (int i = 0; i < replicas; ++i) {
       BackendOptions bo;
@@ -350,12 +350,12 @@ TEST_F(StreamSessionTest, StreamingAgreesWithOffline) {
     double max_cer;
   };
   // Bounds measured with the fixture model (random weights, so very sensitive to the
-  // normalization statistics; measured 0.42 / 0.44 / 0.52 / 0.32 / 0.17, see
+  // normalization statistics; measured 0.43 / 0.44 / 0.48 / 0.38 / 0.18, see
   // docs/STREAMING.md). WindowingIsExactWithoutNormalization shows that all of the difference
   // comes from per-window normalization.
-  for (const Case& k : {Case{800, 1600, 800, 0.50}, Case{1600, 1200, 1200, 0.50},
-                        Case{400, 1600, 400, 0.60}, Case{800, 2000, 2000, 0.40},
-                        Case{800, 4000, 4000, 0.25}}) {
+  for (const Case& k :
+       {Case{800, 1600, 800, 0.50}, Case{1600, 1200, 1200, 0.50}, Case{400, 1600, 400, 0.60},
+        Case{800, 2000, 2000, 0.45}, Case{800, 4000, 4000, 0.25}}) {
     Collector c;
     StreamingOptions o;
     o.chunk_ms = k.chunk_ms;
@@ -366,9 +366,10 @@ TEST_F(StreamSessionTest, StreamingAgreesWithOffline) {
     ASSERT_TRUE(StreamAll(session.get(), &c, bytes, {3200}).ok());
     const std::string streaming = c.FinalText();
     const double cer = Cer(streaming, offline);
-    std::printf("chunk %d left %d right %d: CER(streaming, offline) = %.4f\n  offline:   %s\n"
-                "  streaming: %s\n",
-                k.chunk_ms, k.left_ms, k.right_ms, cer, offline.c_str(), streaming.c_str());
+    std::printf(
+        "chunk %d left %d right %d: CER(streaming, offline) = %.4f\n  offline:   %s\n"
+        "  streaming: %s\n",
+        k.chunk_ms, k.left_ms, k.right_ms, cer, offline.c_str(), streaming.c_str());
     EXPECT_LE(cer, k.max_cer);
   }
 }
@@ -453,7 +454,9 @@ TEST_F(StreamSessionTest, EndpointingKeepsUtteranceIndicesInOrder) {
   for (size_t i = 0; i < finals.size(); ++i) {
     EXPECT_EQ(finals[i].utterance_index, static_cast<int>(i));
     EXPECT_TRUE(finals[i].is_final);
-    if (i > 0) EXPECT_GE(finals[i].audio_start_s, finals[i - 1].audio_processed_s - 1e-9);
+    if (i > 0) {
+      EXPECT_GE(finals[i].audio_start_s, finals[i - 1].audio_processed_s - 1e-9);
+    }
     for (const WordInfo& w : finals[i].words) {
       EXPECT_LE(w.start_ms, w.end_ms);
       EXPECT_GE(w.start_ms, finals[i].audio_start_s * 1000 - 1e-6);
@@ -619,9 +622,8 @@ TEST_F(StreamSessionTest, LatencyIsMeasuredOnTheClock) {
 // alone (batching does not change results), and every session's on_done runs once.
 TEST_F(StreamSessionTest, ConcurrentSessionsAreIndependent) {
   auto scheduler = MakeScheduler({}, nullptr, 2);
-  const std::vector<std::vector<float>> inputs = {
-      *fox_, Concat({*hello_, Silence(0.5), *fox_}), *hello_,
-      Concat({*fox_, Silence(1.0), *hello_})};
+  const std::vector<std::vector<float>> inputs = {*fox_, Concat({*hello_, Silence(0.5), *fox_}),
+                                                  *hello_, Concat({*fox_, Silence(1.0), *hello_})};
   std::vector<std::string> alone;
   for (const auto& in : inputs) {
     Collector c;

@@ -109,7 +109,7 @@ def main():
   if args.fixtures and synth:
     os.makedirs(args.fixtures, exist_ok=True)
     # short utterances, spread over the held-out voices, deterministic
-    cand = [i for i in range(len(synth)) if len(synth[i][0]) <= 2.6 * 16000]
+    cand = [i for i in range(len(synth)) if len(synth[i][0]) <= 2.4 * 16000]
     by_voice = collections.defaultdict(list)
     for i in cand:
       by_voice[synth[i][2]].append(i)

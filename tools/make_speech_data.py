@@ -121,19 +121,22 @@ def synth(voice, text, rng, vary=True):
     return open(f.name, "rb").read()
 
 
+AUG = {"noise_prob": 0.6, "snr_min": 5.0, "reverb_prob": 0.25}
+
+
 def augment(wav_bytes, rng):
   """Speed, small reverberation (sox), then noise and volume (numpy)."""
   effects = []
   if rng.random() < 0.5:
     effects += ["speed", f"{rng.uniform(0.9, 1.1):.3f}"]
-  if rng.random() < 0.25:
+  if rng.random() < AUG["reverb_prob"]:
     effects += ["reverb", str(rng.randint(5, 40)), "50", str(rng.randint(10, 60))]
   effects += ["rate", str(SR)]
   x = sox_process(wav_bytes, effects)
   x = add_silence(x, rng)
   peak = np.abs(x).max() + 1e-9
   x = x / peak * (10 ** (rng.uniform(-26, -1) / 20))  # volume: peak -26..-1 dBFS
-  if rng.random() < 0.6:
+  if rng.random() < AUG["noise_prob"]:
     kind = rng.random()
     n = np.random.default_rng(rng.randrange(1 << 30)).standard_normal(len(x)).astype(np.float32)
     if kind < 0.35:  # brown-ish (low-frequency) noise
@@ -142,7 +145,7 @@ def augment(wav_bytes, rng):
     elif kind < 0.6:  # pink-ish: sum of smoothed whites
       n = n + np.convolve(n, np.ones(4) / 2, mode="same") + np.convolve(n, np.ones(16) / 4,
                                                                        mode="same")
-    snr = rng.uniform(5, 40)
+    snr = rng.uniform(AUG["snr_min"], 40)
     ps = np.mean(x ** 2) + 1e-12
     pn = np.mean(n ** 2) + 1e-12
     x = x + n * np.sqrt(ps / pn / 10 ** (snr / 10))
@@ -369,6 +372,11 @@ def main():
   ap.add_argument("--jobs", type=int, default=2)
   ap.add_argument("--shard-size", type=int, default=500)
   ap.add_argument("--seed", type=int, default=1234)
+  ap.add_argument("--train-split", default="train", help="output folder name for training data")
+  ap.add_argument("--noise-prob", type=float, default=0.6)
+  ap.add_argument("--snr-min", type=float, default=5.0)
+  ap.add_argument("--reverb-prob", type=float, default=0.25)
+  ap.add_argument("--skip-tests", action="store_true")
   args = ap.parse_args()
 
   sents, words = load_texts()
@@ -384,9 +392,11 @@ def main():
   with open(os.path.join(args.out, "texts_test.txt"), "w") as f:
     f.write("\n".join(test_s) + "\n")
 
+  AUG.update(noise_prob=args.noise_prob, snr_min=args.snr_min, reverb_prob=args.reverb_prob)
   rng.shuffle(test_s)
   test_list = test_s[:args.test_utts]
-  gen_real(args.out)
+  if not args.skip_tests:
+    gen_real(args.out)
   gen_split(args.out, "test_synth", [(i, t, "test_synth", args.seed * 1000 + i)
                                      for i, t in enumerate(test_list)], args.jobs, 10 ** 6)
   gen_split(args.out, "test_synth_noisy", [(i, t, "test_synth_noisy", args.seed * 2000 + i)
@@ -398,7 +408,7 @@ def main():
     else:
       t = train_s[rng.randrange(len(train_s))]
     train_list.append((i, t, "train", args.seed * 7 + i))
-  total = gen_split(args.out, "train", train_list, args.jobs, args.shard_size)
+  total = gen_split(args.out, args.train_split, train_list, args.jobs, args.shard_size)
   print(f"train: {total / 3600:.2f} h new audio", flush=True)
 
 

@@ -140,6 +140,9 @@ def main():
   ap.add_argument("--ckpt-min", type=float, default=4.0)
   ap.add_argument("--threads", type=int, default=2)
   ap.add_argument("--seed", type=int, default=0)
+  ap.add_argument("--init", default=None,
+                  help="start a new run (fresh optimizer and schedule) from this checkpoint's "
+                       "weights: a second cosine cycle")
   args = ap.parse_args()
 
   torch.set_num_threads(args.threads)
@@ -153,6 +156,10 @@ def main():
                           betas=(0.9, 0.98))
   state = {"step": 0, "train_s": 0.0, "epoch": 0, "audio_s": 0.0}
   ckpt = os.path.join(args.work, "ckpt.pt")
+  if args.init and not os.path.exists(ckpt):
+    model.load_state_dict(torch.load(args.init, map_location="cpu", weights_only=False)["model"])
+    state["epoch"] = 1  # no SortaGrad pass
+    print(f"initialized from {args.init}", flush=True)
   if os.path.exists(ckpt):
     d = torch.load(ckpt, map_location="cpu", weights_only=False)
     model.load_state_dict(d["model"])
