@@ -27,7 +27,7 @@ TEST(GreedyCtc, MergesRepeatsDropsBlanks) {
   EXPECT_EQ(Decode({1, 1, 1}), "a");
   EXPECT_EQ(Decode({1, 0, 1}), "a a");
   EXPECT_EQ(Decode({}), "");
-  EXPECT_EQ(Decode({-1, 1, -1}), "a");  // masked frames are skipped
+  EXPECT_EQ(Decode({-1, 1, -1}), "a");     // masked frames are skipped
   EXPECT_EQ(Decode({1, 0, 4, 2}), "a'b");  // NeMo drops the space before punctuation
 }
 
@@ -47,8 +47,8 @@ TEST(GreedyCtc, ChunkedEqualsWhole) {
     size_t pos = 0;
     while (pos < ids.size()) {
       size_t n = std::min(ids.size() - pos, static_cast<size_t>(1 + rng() % 7));
-      chunked.Feed(absl::MakeConstSpan(ids.data() + pos, n), absl::MakeConstSpan(lp.data() + pos, n),
-                   static_cast<int>(pos), &actual);
+      chunked.Feed(absl::MakeConstSpan(ids.data() + pos, n),
+                   absl::MakeConstSpan(lp.data() + pos, n), static_cast<int>(pos), &actual);
       pos += n;
     }
     ASSERT_EQ(actual.size(), expected.size());

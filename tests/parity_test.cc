@@ -52,7 +52,8 @@ Fixture LoadFixture(const std::string& name) {
   absl::StatusOr<std::shared_ptr<const Model>> model = Model::Load(dir + "/model");
   EXPECT_TRUE(model.ok()) << model.status();
   if (model.ok()) f.model = *model;
-  absl::StatusOr<SafetensorsFile> expected = SafetensorsFile::ReadFile(dir + "/expected.safetensors");
+  absl::StatusOr<SafetensorsFile> expected =
+      SafetensorsFile::ReadFile(dir + "/expected.safetensors");
   EXPECT_TRUE(expected.ok()) << expected.status();
   if (expected.ok()) f.expected = std::make_unique<SafetensorsFile>(*std::move(expected));
   std::ifstream in(dir + "/expected.json");
@@ -103,8 +104,8 @@ class ParityTest : public testing::TestWithParam<Param> {
     options.device = Device::kCpu;
     options.keep_log_probs = true;
     options.keep_block_outputs = true;
-    absl::StatusOr<std::unique_ptr<Backend>> backend = CreateCpuBackend(
-        fixture_.model, options, GetParam().backend == BackendKind::kReference);
+    absl::StatusOr<std::unique_ptr<Backend>> backend =
+        CreateCpuBackend(fixture_.model, options, GetParam().backend == BackendKind::kReference);
     ASSERT_TRUE(backend.ok()) << backend.status();
     absl::StatusOr<std::unique_ptr<OfflineRecognizer>> recognizer =
         OfflineRecognizer::Create(fixture_.model, *std::move(backend));
@@ -215,14 +216,13 @@ TEST_P(ParityTest, PaddedBatchLeaksNothing) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Nemo, ParityTest,
-    testing::Values(Param{"quartznet_small", BackendKind::kFused},
-                    Param{"quartznet_small", BackendKind::kReference},
-                    Param{"quartznet_small_legacy", BackendKind::kFused},
-                    Param{"jasper_dr_small", BackendKind::kFused},
-                    Param{"jasper_dr_small", BackendKind::kReference}),
-    ParamName);
+INSTANTIATE_TEST_SUITE_P(Nemo, ParityTest,
+                         testing::Values(Param{"quartznet_small", BackendKind::kFused},
+                                         Param{"quartznet_small", BackendKind::kReference},
+                                         Param{"quartznet_small_legacy", BackendKind::kFused},
+                                         Param{"jasper_dr_small", BackendKind::kFused},
+                                         Param{"jasper_dr_small", BackendKind::kReference}),
+                         ParamName);
 
 }  // namespace
 }  // namespace jasper
