@@ -143,6 +143,9 @@ def main():
   ap.add_argument("--init", default=None,
                   help="start a new run (fresh optimizer and schedule) from this checkpoint's "
                        "weights: a second cosine cycle")
+  ap.add_argument("--init-model", default=None,
+                  help="like --init, but from an exported model folder (e.g. the shipped "
+                       "models/quartznet_en_tts_small), so training continues where it left off")
   args = ap.parse_args()
 
   torch.set_num_threads(args.threads)
@@ -160,6 +163,12 @@ def main():
     model.load_state_dict(torch.load(args.init, map_location="cpu", weights_only=False)["model"])
     state["epoch"] = 1  # no SortaGrad pass
     print(f"initialized from {args.init}", flush=True)
+  elif args.init_model and not os.path.exists(ckpt):
+    from export_model import load_model_folder  # noqa: E402
+    src, _ = load_model_folder(args.init_model)
+    model.load_state_dict(src.state_dict())
+    state["epoch"] = 1
+    print(f"initialized from model folder {args.init_model}", flush=True)
   if os.path.exists(ckpt):
     d = torch.load(ckpt, map_location="cpu", weights_only=False)
     model.load_state_dict(d["model"])
