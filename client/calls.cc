@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "grpcpp/support/client_interceptor.h"
 
 namespace jasper::client {
 namespace {
@@ -156,6 +157,8 @@ CallResult RunStreaming(asr::Asr::Stub* stub, const AudioFile& file, const CallO
   grpc::ClientContext context;
   context.set_deadline(Deadline(file, options));
   StreamTiming timing;
+  const bool measure_partials = stats != nullptr && options.interim_results;
+  WordFirstShown first_shown;  // used by this (the reading) thread only
   const SteadyClock::time_point start = SteadyClock::now();
   std::unique_ptr<
       grpc::ClientReaderWriter<asr::StreamingRecognizeRequest, asr::StreamingRecognizeResponse>>
@@ -165,6 +168,8 @@ CallResult RunStreaming(asr::Asr::Stub* stub, const AudioFile& file, const CallO
     asr::StreamingRecognizeRequest request;
     auto* streaming = request.mutable_streaming_config();
     FillConfig(file, options, streaming->mutable_config());
+    // Partial latency is per word (WordFirstShown): it needs the final results' word times.
+    if (measure_partials) streaming->mutable_config()->set_enable_word_time_offsets(true);
     streaming->set_interim_results(options.interim_results);
     streaming->set_enable_speech_events(options.speech_events);
     request.set_request_id(file.path);
@@ -215,17 +220,34 @@ CallResult RunStreaming(asr::Asr::Stub* stub, const AudioFile& file, const CallO
     if (options.verbose) std::cerr << file.path << ": " << response.ShortDebugString() << "\n";
     for (const auto& r : response.results()) {
       SteadyClock::time_point sent_at;
+      if (measure_partials && r.alternatives_size() > 0) {
+        first_shown.AddResult(r.utterance_index(), r.alternatives(0).transcript(), now);
+      }
       if (!r.is_final()) {
         ++result.interim_results;
-        if (stats && timing.SentTimeFor(r.audio_processed(), &sent_at)) {
-          stats->AddLatencyMs("partial", MsBetween(sent_at, now));
-        }
         continue;
       }
       ++result.final_results;
       if (r.alternatives_size() > 0) {
         AppendTranscript(r.alternatives(0).transcript(), &result.transcript);
-        for (const auto& w : r.alternatives(0).words()) result.words.push_back(w);
+        if (options.word_time_offsets) {
+          for (const auto& w : r.alternatives(0).words()) result.words.push_back(w);
+        }
+      }
+      if (measure_partials) {
+        // Per word: from sending the audio up to its end to the first result showing it.
+        std::vector<std::string> words;
+        if (r.alternatives_size() > 0) {
+          for (const auto& w : r.alternatives(0).words()) words.push_back(w.word());
+        }
+        const std::vector<SteadyClock::time_point> shown =
+            first_shown.TakeFinal(r.utterance_index(), words);
+        for (size_t i = 0; i < words.size(); ++i) {
+          const double end_s = r.alternatives(0).words(static_cast<int>(i)).end_time() / 1000.0;
+          if (shown[i] != SteadyClock::time_point::max() && timing.SentTimeFor(end_s, &sent_at)) {
+            stats->AddLatencyMs("partial", MsBetween(sent_at, shown[i]));
+          }
+        }
       }
       if (stats == nullptr) continue;
       bool awaited = false;
@@ -277,6 +299,83 @@ CallResult RunOffline(asr::Asr::Stub* stub, const AudioFile& file, const CallOpt
     stats->AddCall(result.audio_s, CodeName(result.status.error_code()));
   }
   return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Channel credentials.
+
+namespace {
+
+// Adds `authorization: Bearer <key>` to every call of the channel.
+class ApiKeyInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit ApiKeyInterceptor(const std::string* header) : header_(header) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace("authorization", *header_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* const header_;  // owned by the factory
+};
+
+class ApiKeyInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit ApiKeyInterceptorFactory(const std::string& key) : header_("Bearer " + key) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* /*info*/) override {
+    return new ApiKeyInterceptor(&header_);
+  }
+
+ private:
+  const std::string header_;
+};
+
+absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("--", flag, ": cannot read ", path));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateClientChannel(const std::string& address,
+                                                                   const ChannelSecurity& security,
+                                                                   grpc::ChannelArguments args) {
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (security.tls || !security.tls_ca_file.empty() || !security.tls_cert_file.empty() ||
+      !security.tls_key_file.empty()) {
+    if (security.tls_cert_file.empty() != security.tls_key_file.empty()) {
+      return absl::InvalidArgumentError("--tls_cert_file and --tls_key_file go together");
+    }
+    grpc::SslCredentialsOptions ssl;
+    if (!security.tls_ca_file.empty()) {
+      absl::StatusOr<std::string> pem = ReadPem("tls_ca_file", security.tls_ca_file);
+      if (!pem.ok()) return pem.status();
+      ssl.pem_root_certs = *pem;
+    }
+    if (!security.tls_cert_file.empty()) {
+      absl::StatusOr<std::string> cert = ReadPem("tls_cert_file", security.tls_cert_file);
+      if (!cert.ok()) return cert.status();
+      absl::StatusOr<std::string> key = ReadPem("tls_key_file", security.tls_key_file);
+      if (!key.ok()) return key.status();
+      ssl.pem_cert_chain = *cert;
+      ssl.pem_private_key = *key;
+    }
+    credentials = grpc::SslCredentials(ssl);
+    if (!security.tls_server_name.empty()) args.SetSslTargetNameOverride(security.tls_server_name);
+  }
+  if (security.api_key.empty()) return grpc::CreateCustomChannel(address, credentials, args);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<ApiKeyInterceptorFactory>(security.api_key));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, credentials, args,
+                                                                 std::move(interceptors));
 }
 
 }  // namespace jasper::client

@@ -7,9 +7,11 @@
 #ifndef JASPER_CLIENT_CALLS_H_
 #define JASPER_CLIENT_CALLS_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "client/latency_stats.h"
 #include "client/wav_header.h"
 #include "grpcpp/grpcpp.h"
@@ -57,6 +59,24 @@ CallResult RunStreaming(jasper::asr::v1::Asr::Stub* stub, const AudioFile& file,
 
 CallResult RunOffline(jasper::asr::v1::Asr::Stub* stub, const AudioFile& file,
                       const CallOptions& options, LoadStats* stats);
+
+// How the client reaches the server: plaintext or TLS (optionally with a client certificate,
+// for mutual TLS), and an optional API key sent with every call as
+// `authorization: Bearer <key>`.
+struct ChannelSecurity {
+  bool tls = false;             // also implied by any tls_* file below
+  std::string tls_ca_file;      // PEM roots to verify the server; empty: the system's roots
+  std::string tls_cert_file;    // PEM client certificate chain (mTLS), with tls_key_file
+  std::string tls_key_file;     // PEM client private key
+  std::string tls_server_name;  // name to verify instead of the address's host; empty: host
+  std::string api_key;          // empty: none
+};
+
+// A channel to `address` with `security` applied on top of `args`. Errors: INVALID_ARGUMENT
+// (unreadable file, a certificate without its key or the reverse).
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateClientChannel(const std::string& address,
+                                                                   const ChannelSecurity& security,
+                                                                   grpc::ChannelArguments args);
 
 }  // namespace jasper::client
 

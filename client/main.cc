@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -25,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "client/calls.h"
+#include "client/health.h"
 #include "client/latency_stats.h"
 #include "grpcpp/grpcpp.h"
 #include "jasper/asr/v1/asr.grpc.pb.h"
@@ -53,6 +55,23 @@ ABSL_FLAG(bool, report, true, "Print the load report (stderr for text output).")
 ABSL_FLAG(bool, verbose, false, "Print every response to stderr.");
 ABSL_FLAG(bool, list_models, false, "Print the server's models (ListModels) and exit.");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "Channel's max send/receive message size.");
+ABSL_FLAG(bool, tls, false,
+          "Connect with TLS (implied by any --tls_* file; without --tls_ca_file the system's "
+          "root certificates verify the server).");
+ABSL_FLAG(std::string, tls_ca_file, "", "PEM CA certificate(s) that signed the server's.");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM client certificate chain, for servers that require mutual TLS.");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file.");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "Name to verify in the server's certificate instead of --server's host.");
+ABSL_FLAG(std::string, api_key, "",
+          "API key, sent as 'authorization: Bearer <key>'. Default: $JASPER_API_KEY if set "
+          "(keeps the key out of the process list).");
+ABSL_FLAG(bool, health, false,
+          "Call grpc.health.v1.Health/Check and exit: 0 when SERVING, 1 otherwise (not serving, "
+          "unreachable, deadline). Deadline: --timeout_ms, 0 = 2 s. For container HEALTHCHECKs.");
+ABSL_FLAG(std::string, health_service, "",
+          "--health: the service to check (empty: the whole server).");
 
 namespace {
 
@@ -159,10 +178,30 @@ int main(int argc, char** argv) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   args.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
-  auto channel = grpc::CreateCustomChannel(absl::GetFlag(FLAGS_server),
-                                           grpc::InsecureChannelCredentials(), args);
+  jasper::client::ChannelSecurity security;
+  security.tls = absl::GetFlag(FLAGS_tls);
+  security.tls_ca_file = absl::GetFlag(FLAGS_tls_ca_file);
+  security.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  security.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
+  security.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  security.api_key = absl::GetFlag(FLAGS_api_key);
+  if (const char* env = std::getenv("JASPER_API_KEY"); security.api_key.empty() && env) {
+    security.api_key = env;
+  }
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> secured =
+      jasper::client::CreateClientChannel(absl::GetFlag(FLAGS_server), security, args);
+  if (!secured.ok()) {
+    std::cerr << "jasper-client: " << secured.status().message() << "\n";
+    return 2;
+  }
+  std::shared_ptr<grpc::Channel> channel = *std::move(secured);
   std::unique_ptr<asr::Asr::Stub> stub = asr::Asr::NewStub(channel);
   if (absl::GetFlag(FLAGS_list_models)) return ListModels(stub.get());
+  if (absl::GetFlag(FLAGS_health)) {
+    const int timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
+    return jasper::client::RunHealthCheck(channel, absl::GetFlag(FLAGS_health_service),
+                                          timeout_ms > 0 ? timeout_ms : 2000);
+  }
 
   const std::string mode = absl::GetFlag(FLAGS_mode);
   const std::string output = absl::GetFlag(FLAGS_output);

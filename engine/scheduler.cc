@@ -88,30 +88,37 @@ absl::Status Scheduler::Submit(WindowRequest& request) {
                                                       f.num_features));
   }
   const int bucket = BucketOf(f.padded_frames);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!invalid.ok()) {
-    ++stats_.rejected;
-    return invalid;
+  absl::Status refused;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!invalid.ok()) {
+      refused = invalid;
+    } else if (shutting_down_) {
+      refused = absl::UnavailableError("scheduler is shut down");
+    } else if (queued_ >= options_.max_queued_windows) {
+      refused = absl::ResourceExhaustedError(absl::StrCat(
+          "scheduler queue is full (", options_.max_queued_windows, " windows waiting)"));
+    }
+    if (!refused.ok()) {
+      ++stats_.rejected;
+    } else {
+      Pending p;
+      p.request = std::move(request);
+      p.enqueued = clock_->Now();
+      p.seq = next_seq_++;
+      buckets_[bucket].push_back(std::move(p));
+      ++queued_;
+      ++stats_.submitted;
+      ++stats_.bucket_requests[bucket];
+      work_cv_.notify_all();
+    }
   }
-  if (shutting_down_) {
-    ++stats_.rejected;
-    return absl::UnavailableError("scheduler is shut down");
+  if (!refused.ok()) {
+    if (SchedulerObserver* observer = observer_.load(std::memory_order_acquire)) {
+      observer->OnRejected(refused);
+    }
   }
-  if (queued_ >= options_.max_queued_windows) {
-    ++stats_.rejected;
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "scheduler queue is full (", options_.max_queued_windows, " windows waiting)"));
-  }
-  Pending p;
-  p.request = std::move(request);
-  p.enqueued = clock_->Now();
-  p.seq = next_seq_++;
-  buckets_[bucket].push_back(std::move(p));
-  ++queued_;
-  ++stats_.submitted;
-  ++stats_.bucket_requests[bucket];
-  work_cv_.notify_all();
-  return absl::OkStatus();
+  return refused;
 }
 
 int Scheduler::OldestBucket() const {
@@ -170,7 +177,7 @@ void Scheduler::WorkerLoop(int replica) {
   for (;;) {
     std::vector<Pending> batch = NextBatch();
     if (batch.empty()) return;
-    RunBatch(backend, std::move(batch));
+    RunBatch(replica, backend, std::move(batch));
   }
 }
 
@@ -219,7 +226,7 @@ WindowResult Extract(const BackendOutput& out, int b) {
 
 }  // namespace
 
-void Scheduler::RunBatch(Backend* backend, std::vector<Pending> batch) {
+void Scheduler::RunBatch(int replica, Backend* backend, std::vector<Pending> batch) {
   const absl::Time start = clock_->Now();
   std::vector<const Features*> members;
   members.reserve(batch.size());
@@ -261,9 +268,17 @@ void Scheduler::RunBatch(Backend* backend, std::vector<Pending> batch) {
 
   int64_t ok = 0;
   double queue_ms_sum = 0;
+  SchedulerObserver* const observer = observer_.load(std::memory_order_acquire);
+  BatchReport report;
+  if (observer != nullptr) report.queue_ms.reserve(batch.size());
   for (size_t b = 0; b < batch.size(); ++b) {
     const double queue_ms = absl::ToDoubleMilliseconds(start - batch[b].enqueued);
     queue_ms_sum += queue_ms;
+    if (observer != nullptr) {
+      report.queue_ms.push_back(queue_ms);
+      report.valid_frames += members[b]->valid_frames;
+      report.padded_frames = std::max(report.padded_frames, members[b]->padded_frames);
+    }
     if (results[b].ok()) {
       ++ok;
       results[b]->queue_ms = queue_ms;
@@ -282,6 +297,13 @@ void Scheduler::RunBatch(Backend* backend, std::vector<Pending> batch) {
         std::max(stats_.max_batch_size_seen, static_cast<int>(batch.size()));
     stats_.completed += ok;
     stats_.failed += static_cast<int64_t>(batch.size()) - ok;
+  }
+  if (observer != nullptr) {
+    report.replica = replica;
+    report.batch_size = static_cast<int>(batch.size());
+    report.failed = static_cast<int>(static_cast<int64_t>(batch.size()) - ok);
+    report.compute_ms = compute_ms;
+    observer->OnBatch(report);
   }
   // Outside the lock: done may call Submit() or Post().
   for (size_t b = 0; b < batch.size(); ++b) {

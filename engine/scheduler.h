@@ -19,13 +19,18 @@
 // The scheduler also owns a callback thread (Post()), on which sessions deliver their results
 // to the server, so that no caller-facing method runs user callbacks on the caller's thread.
 //
+// An optional SchedulerObserver (SetObserver) hears about every batch and every refused
+// Submit(), for metrics; the engine knows nothing about how they are exported.
+//
 // Ownership: owns the backend replicas, the queue, one worker thread per replica and the
-// callback thread. Borrows the Clock (must outlive the scheduler).
+// callback thread. Borrows the Clock and the observer (both must outlive the scheduler, or the
+// observer must be cleared with SetObserver(nullptr) first).
 // Thread-safety: thread-safe; all methods may be called from any thread, including from a
 // `done` callback (which runs on a worker thread, without any scheduler lock held).
 #ifndef JASPER_ENGINE_SCHEDULER_H_
 #define JASPER_ENGINE_SCHEDULER_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -94,6 +99,29 @@ struct SchedulerStats {
   int replicas = 0;
 };
 
+// What a worker reports to the observer after each batch.
+struct BatchReport {
+  int replica = 0;               // index of the backend replica that ran it
+  int batch_size = 0;            // requests in the batch
+  int failed = 0;                // of them, how many got an error
+  double compute_ms = 0;         // backend wall time of the whole batch (incl. packing)
+  int padded_frames = 0;         // the batch's padded length, feature frames
+  int64_t valid_frames = 0;      // sum of the members' valid feature frames
+  std::vector<double> queue_ms;  // [batch_size] each member's Submit() -> batch start
+};
+
+// Receives scheduler events, e.g. to export metrics. Called on scheduler worker threads and on
+// Submit()'s caller, without any scheduler lock held, possibly concurrently: implementations
+// must be thread-safe, fast and non-blocking, and must not call back into the scheduler.
+class SchedulerObserver {
+ public:
+  virtual ~SchedulerObserver() = default;
+  // After a batch ran, before its members' done callbacks.
+  virtual void OnBatch(const BatchReport& report) = 0;
+  // Submit() refused a request with `status` (queue full, shut down, invalid request).
+  virtual void OnRejected(const absl::Status& status) = 0;
+};
+
 class Scheduler {
  public:
   // One worker thread per replica. `clock` == nullptr: the real clock. Errors:
@@ -125,6 +153,11 @@ class Scheduler {
   void Post(std::function<void()> fn);
 
   SchedulerStats Stats() const;
+  // Installs (or with nullptr removes) the observer; borrowed. Events already being reported
+  // may still reach the previous observer, so clear it only once the scheduler is shut down.
+  void SetObserver(SchedulerObserver* observer) {
+    observer_.store(observer, std::memory_order_release);
+  }
   Clock* clock() const { return clock_; }
   int num_replicas() const { return static_cast<int>(replicas_.size()); }
   const SchedulerOptions& options() const { return options_; }
@@ -143,7 +176,7 @@ class Scheduler {
   void WorkerLoop(int replica);
   // Picks the next batch (blocks); empty when the worker should exit.
   std::vector<Pending> NextBatch();
-  void RunBatch(Backend* backend, std::vector<Pending> batch);
+  void RunBatch(int replica, Backend* backend, std::vector<Pending> batch);
   void CallbackLoop();
   // Index of the bucket holding the oldest request, or -1. Requires mu_.
   int OldestBucket() const;
@@ -161,6 +194,7 @@ class Scheduler {
   int64_t next_seq_ = 0;
   bool shutting_down_ = false;
   SchedulerStats stats_;
+  std::atomic<SchedulerObserver*> observer_{nullptr};  // not guarded: atomic
   double sum_batch_sizes_ = 0;
   double sum_queue_ms_ = 0;
   double sum_compute_ms_ = 0;

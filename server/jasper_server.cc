@@ -2,10 +2,14 @@
 
 #include <chrono>
 #include <mutex>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/auth.h"
+#include "server/call_interceptor.h"
+#include "server/tls.h"
 #include "spdlog/spdlog.h"
 
 namespace jasper::server {
@@ -27,7 +31,33 @@ void InitGrpcOnce() {
 
 absl::StatusOr<std::unique_ptr<JasperServer>> JasperServer::Start(const ServerOptions& options) {
   InitGrpcOnce();
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  // Security settings first: a bad file fails before the model loads.
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options);
+  if (!credentials.ok()) return credentials.status();
+  std::shared_ptr<ApiKeyStore> keys;
+  if (!options.api_keys_file.empty()) {
+    absl::StatusOr<std::unique_ptr<ApiKeyStore>> opened = ApiKeyStore::Open(options.api_keys_file);
+    if (!opened.ok()) return opened.status();
+    keys = *std::move(opened);
+    spdlog::info(
+        "API keys: {} loaded from {} (re-read every {} s); health and reflection stay open",
+        keys->Current()->size(), options.api_keys_file, options.tls_reload_interval_s);
+  }
   std::unique_ptr<JasperServer> server(new JasperServer());
+  if (keys != nullptr) {
+    JasperServer* raw = server.get();
+    const std::chrono::seconds interval(options.tls_reload_interval_s);
+    server->key_reloader_ = std::thread([raw, keys, interval] {
+      std::unique_lock<std::mutex> lock(raw->reload_mu_);
+      while (!raw->reload_cv_.wait_for(lock, interval, [raw] { return raw->stop_reloading_; })) {
+        lock.unlock();
+        keys->ReloadIfChanged();
+        lock.lock();
+      }
+    });
+  }
   absl::StatusOr<std::unique_ptr<ServingEngine>> engine = ServingEngine::Create(options);
   if (!engine.ok()) return engine.status();
   server->engine_ = *std::move(engine);
@@ -42,9 +72,27 @@ absl::StatusOr<std::unique_ptr<JasperServer>> JasperServer::Start(const ServerOp
   server->asr_service_ = std::make_unique<AsrService>(server->engine_.get());
   server->riva_service_ = std::make_unique<RivaService>(server->engine_.get());
 
+  if (options.tls_cert_file.empty() && !IsLoopbackAddress(options.listen_address)) {
+    spdlog::warn(
+        "listening on {} without TLS: calls{} travel in plaintext; set --tls_cert_file and "
+        "--tls_key_file, or serve behind a TLS-terminating proxy",
+        options.listen_address, keys != nullptr ? " and API keys" : "");
+  }
+  if (!options.metrics_address.empty()) {
+    ServerMetrics* metrics = server->engine_->metrics();
+    absl::StatusOr<std::unique_ptr<HttpExporter>> exporter =
+        HttpExporter::Start(options.metrics_address, MetricsRegistry::kContentType,
+                            [metrics] { return metrics->Render(); });
+    if (!exporter.ok()) return exporter.status();
+    server->exporter_ = *std::move(exporter);
+  }
+
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
-                           &server->port_);
+  builder.AddListeningPort(options.listen_address, *credentials, &server->port_);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(
+      std::make_unique<CallInterceptorFactory>(server->engine_->metrics(), keys));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.RegisterService(server->asr_service_.get());
   builder.RegisterService(server->riva_service_.get());
@@ -59,8 +107,11 @@ absl::StatusOr<std::unique_ptr<JasperServer>> JasperServer::Start(const ServerOp
   }
   spdlog::info(
       "serving jasper.asr.v1.Asr and nvidia.riva.asr.RivaSpeechRecognition on {} "
-      "(port {})",
-      options.listen_address, server->port_);
+      "(port {}), {}",
+      options.listen_address, server->port_,
+      options.tls_cert_file.empty()        ? "plaintext"
+      : options.tls_client_ca_file.empty() ? "TLS"
+                                           : "mutual TLS");
   return server;
 }
 
@@ -89,12 +140,21 @@ void JasperServer::Shutdown() {
   spdlog::info("shutdown complete");
 }
 
+int JasperServer::metrics_port() const { return exporter_ != nullptr ? exporter_->port() : 0; }
+
 void JasperServer::Wait() {
   if (server_ != nullptr) server_->Wait();
 }
 
 JasperServer::~JasperServer() {
   Shutdown();
+  {
+    std::lock_guard<std::mutex> lock(reload_mu_);
+    stop_reloading_ = true;
+  }
+  reload_cv_.notify_all();
+  if (key_reloader_.joinable()) key_reloader_.join();
+  exporter_.reset();  // its render callback reads the engine
   server_.reset();
   riva_service_.reset();
   asr_service_.reset();

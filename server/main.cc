@@ -55,6 +55,24 @@ ABSL_FLAG(int, idle_timeout_ms, kDefaults.idle_timeout_ms,
 ABSL_FLAG(int, shutdown_grace_ms, kDefaults.shutdown_grace_ms,
           "On SIGTERM/SIGINT, time open streams get to receive their final results.");
 
+// Metrics and security.
+ABSL_FLAG(std::string, metrics_address, kDefaults.metrics_address,
+          "host:port for Prometheus metrics over HTTP (GET /metrics), e.g. 127.0.0.1:9464. "
+          "Empty: off.");
+ABSL_FLAG(std::string, tls_cert_file, kDefaults.tls_cert_file,
+          "PEM certificate chain for TLS on the gRPC port (with --tls_key_file). Empty: "
+          "plaintext.");
+ABSL_FLAG(std::string, tls_key_file, kDefaults.tls_key_file, "PEM private key of --tls_cert_file.");
+ABSL_FLAG(std::string, tls_client_ca_file, kDefaults.tls_client_ca_file,
+          "PEM CA bundle: require and verify client certificates signed by it (mutual TLS).");
+ABSL_FLAG(int, tls_reload_interval_s, kDefaults.tls_reload_interval_s,
+          "Seconds between re-reads of the TLS files and --api_keys_file (rotation without "
+          "restart).");
+ABSL_FLAG(std::string, api_keys_file, kDefaults.api_keys_file,
+          "File of API keys, one per line ('#' comments). Set: calls need 'authorization: "
+          "Bearer <key>' or 'x-api-key: <key>' (health and reflection stay open). Empty: no "
+          "auth.");
+
 // Batching (engine/scheduler.h).
 ABSL_FLAG(int, max_batch_size, kDefaults.scheduler.max_batch_size, "Windows per batch.");
 ABSL_FLAG(int, max_queue_delay_ms, kDefaults.scheduler.max_queue_delay_ms,
@@ -152,6 +170,12 @@ int main(int argc, char** argv) {
   options.max_stream_duration_ms = absl::GetFlag(FLAGS_max_stream_duration_ms);
   options.idle_timeout_ms = absl::GetFlag(FLAGS_idle_timeout_ms);
   options.shutdown_grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);
+  options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
+  options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+  options.tls_reload_interval_s = absl::GetFlag(FLAGS_tls_reload_interval_s);
+  options.api_keys_file = absl::GetFlag(FLAGS_api_keys_file);
   options.scheduler.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
   options.scheduler.max_queue_delay_ms = absl::GetFlag(FLAGS_max_queue_delay_ms);
   options.scheduler.max_queued_windows = absl::GetFlag(FLAGS_max_queued_windows);

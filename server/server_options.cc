@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "server/http_exporter.h"
 
 namespace jasper::server {
 namespace {
@@ -36,6 +37,22 @@ absl::Status ServerOptions::Validate() const {
   }
   if (!(s = CheckRange("idle_timeout_ms", idle_timeout_ms, 0, 3600000)).ok()) return s;
   if (!(s = CheckRange("shutdown_grace_ms", shutdown_grace_ms, 0, 600000)).ok()) return s;
+  if (!metrics_address.empty()) {
+    std::string host;
+    int port = 0;
+    if (!(s = SplitHostPort(metrics_address, &host, &port)).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("metrics_address: ", s.message()));
+    }
+  }
+  if (tls_cert_file.empty() != tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "tls_cert_file and tls_key_file must be given together (TLS needs both)");
+  }
+  if (!tls_client_ca_file.empty() && tls_cert_file.empty()) {
+    return absl::InvalidArgumentError(
+        "tls_client_ca_file (mutual TLS) needs tls_cert_file and tls_key_file");
+  }
+  if (!(s = CheckRange("tls_reload_interval_s", tls_reload_interval_s, 1, 86400)).ok()) return s;
   if (!(s = scheduler.Validate()).ok()) return s;
   return streaming.Validate();
 }
@@ -51,6 +68,13 @@ std::string ServerOptions::ToString() const {
                         "idle_timeout_ms=%d shutdown_grace_ms=%d\n",
                         max_concurrent_streams, max_message_bytes, max_stream_duration_ms,
                         idle_timeout_ms, shutdown_grace_ms);
+  absl::StrAppendFormat(&out,
+                        "metrics_address=%s tls_cert_file=%s tls_key_file=%s "
+                        "tls_client_ca_file=%s tls_reload_interval_s=%d api_keys_file=%s\n",
+                        metrics_address.empty() ? "(off)" : metrics_address,
+                        tls_cert_file.empty() ? "(plaintext)" : tls_cert_file, tls_key_file,
+                        tls_client_ca_file, tls_reload_interval_s,
+                        api_keys_file.empty() ? "(no auth)" : api_keys_file);
   absl::StrAppendFormat(&out,
                         "scheduler: max_batch_size=%d max_queue_delay_ms=%d max_queued_windows=%d "
                         "bucket_frames=[%s]\n",

@@ -56,6 +56,27 @@ struct ServerOptions {
   // Run a forward pass through the model before serving (health SERVING only after it).
   bool warmup = true;
 
+  // Prometheus metrics: "host:port" of an HTTP listener serving GET /metrics (text format
+  // 0.0.4), e.g. "127.0.0.1:9464" (port 0 picks one). Empty (default): no metrics listener.
+  std::string metrics_address;
+
+  // Transport security of the gRPC port. Both empty (default): plaintext. tls_cert_file (PEM
+  // certificate chain) and tls_key_file (PEM private key) together: TLS. tls_client_ca_file
+  // (PEM CA bundle, needs the other two): mutual TLS, every client must present a certificate
+  // signed by one of these CAs. The files (and api_keys_file) are re-read every
+  // tls_reload_interval_s seconds, so rotated certificates and keys are picked up without a
+  // restart. [1, 86400]
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  int tls_reload_interval_s = 60;
+
+  // API keys, one per line ('#' comments; server/auth.h), re-read when the file changes.
+  // Empty (default): no authentication.
+  // Set: every call except grpc.health.v1 and reflection needs metadata
+  // `authorization: Bearer <key>` or `x-api-key: <key>`, else UNAUTHENTICATED.
+  std::string api_keys_file;
+
   // Batching (engine/scheduler.h).
   SchedulerOptions scheduler;
   // Streaming windows, endpointing, buffering (engine/stream_session.h). Per-call overrides:

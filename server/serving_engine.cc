@@ -1,6 +1,7 @@
 #include "server/serving_engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -93,6 +94,40 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const Serve
       Scheduler::Create(std::move(replicas), options.scheduler);
   if (!scheduler.ok()) return scheduler.status();
   engine->scheduler_ = *std::move(scheduler);
+  engine->metrics_ = std::make_unique<ServerMetrics>(
+      engine->model_->config().featurizer.window_stride_s, options.num_workers);
+  engine->scheduler_->SetObserver(engine->metrics_.get());
+  {
+    ServingEngine* e = engine.get();
+    MetricsRegistry* r = engine->metrics_->registry();
+    r->AddCallbackGauge("jasper_scheduler_queue_depth", "Windows waiting in the scheduler queue.",
+                        {}, [e] {
+                          return std::vector<GaugeSample>{
+                              {{}, static_cast<double>(e->scheduler_->Stats().queue_depth)}};
+                        });
+    r->AddCallbackGauge("jasper_scheduler_running_windows",
+                        "Windows in batches the backends are running now.", {}, [e] {
+                          return std::vector<GaugeSample>{
+                              {{}, static_cast<double>(e->scheduler_->Stats().running)}};
+                        });
+    r->AddCallbackGauge(
+        "jasper_admitted_calls",
+        "Recognition calls admitted now (streaming + offline, both APIs; the "
+        "max_concurrent_streams limit applies to this).",
+        {}, [e] {
+          return std::vector<GaugeSample>{{{}, static_cast<double>(e->active_calls())}};
+        });
+    r->AddGauge("jasper_max_concurrent_streams", "The max_concurrent_streams limit.")
+        ->Get()
+        ->Set(options.max_concurrent_streams);
+    r->AddGauge("jasper_max_queued_windows", "The max_queued_windows limit.")
+        ->Get()
+        ->Set(options.scheduler.max_queued_windows);
+    r->AddGauge("jasper_build_info", "Always 1; labels describe the served model and device.",
+                {"model", "device"})
+        ->WithLabels({engine->model_name_, engine->device_name_})
+        ->Set(1);
+  }
   engine->timers_ = std::make_unique<TimerQueue>();
 
   // Window sizes must fit the model's encoder frame: check now rather than at the first call.
@@ -113,6 +148,7 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const Serve
 
 ServingEngine::~ServingEngine() {
   if (scheduler_) scheduler_->Shutdown();
+  if (scheduler_) scheduler_->SetObserver(nullptr);
   timers_.reset();
   scheduler_.reset();
 }
@@ -138,7 +174,7 @@ absl::Status ServingEngine::Warmup(double seconds, absl::Duration timeout) {
     state->done.Notify();
   };
   absl::StatusOr<std::unique_ptr<StreamSession>> session =
-      CreateSession(config, /*streaming=*/false, std::move(callbacks));
+      CreateSessionImpl(config, /*streaming=*/false, std::move(callbacks), /*observe=*/false);
   if (!session.ok()) return session.status();
   const int samples = static_cast<int>(seconds * model_sample_rate_hz());
   std::vector<uint8_t> bytes(2 * static_cast<size_t>(samples));
@@ -261,8 +297,30 @@ absl::StatusOr<StreamingOptions> ServingEngine::SessionOptions(const CallConfig&
 
 absl::StatusOr<std::unique_ptr<StreamSession>> ServingEngine::CreateSession(
     const CallConfig& config, bool streaming, StreamSession::Callbacks callbacks) const {
+  return CreateSessionImpl(config, streaming, std::move(callbacks), /*observe=*/true);
+}
+
+absl::StatusOr<std::unique_ptr<StreamSession>> ServingEngine::CreateSessionImpl(
+    const CallConfig& config, bool streaming, StreamSession::Callbacks callbacks,
+    bool observe) const {
   absl::StatusOr<StreamingOptions> options = SessionOptions(config, streaming);
   if (!options.ok()) return options.status();
+  if (observe && metrics_ != nullptr) {
+    // Results of one session arrive one at a time (scheduler callback thread), so the audio
+    // covered so far needs no lock; the atomic only keeps the state safe to share.
+    ServerMetrics* metrics = metrics_.get();
+    auto covered_s = std::make_shared<std::atomic<double>>(0.0);
+    callbacks.on_result = [metrics, streaming, covered_s,
+                           inner = std::move(callbacks.on_result)](const SessionResult& r) {
+      metrics->OnResult(streaming, r.is_final, r.processing_latency_ms);
+      const double before = covered_s->load(std::memory_order_relaxed);
+      if (r.audio_processed_s > before) {
+        covered_s->store(r.audio_processed_s, std::memory_order_relaxed);
+        metrics->AddAudio(streaming, r.audio_processed_s - before);
+      }
+      if (inner) inner(r);
+    };
+  }
   return StreamSession::Create(model_, scheduler_.get(), *options, config.format,
                                std::move(callbacks));
 }

@@ -3,8 +3,11 @@
 // the translation of a call's configuration (CallConfig, filled by either API's adapter) into
 // a StreamSession.
 //
-// Ownership: owns the model (shared), the scheduler (and through it the backends) and the
-// timer queue. Outlives every call (JasperServer destroys the gRPC server first).
+// Metrics: owns the ServerMetrics, which observes the scheduler and every session created by
+// CreateSession() (result latencies, audio seconds); see server/server_metrics.h.
+//
+// Ownership: owns the model (shared), the scheduler (and through it the backends), the timer
+// queue and the metrics. Outlives every call (JasperServer destroys the gRPC server first).
 // Thread-safety: thread-safe.
 #ifndef JASPER_SERVER_SERVING_ENGINE_H_
 #define JASPER_SERVER_SERVING_ENGINE_H_
@@ -23,6 +26,7 @@
 #include "engine/model.h"
 #include "engine/scheduler.h"
 #include "engine/stream_session.h"
+#include "server/server_metrics.h"
 #include "server/server_options.h"
 #include "server/timer_queue.h"
 
@@ -102,17 +106,24 @@ class ServingEngine {
   // "cpu" or "cuda:N" (the first replica's).
   const std::string& device_name() const { return device_name_; }
   Scheduler* scheduler() const { return scheduler_.get(); }
+  ServerMetrics* metrics() const { return metrics_.get(); }
   TimerQueue* timers() const { return timers_.get(); }
 
  private:
   friend class CallTicket;
   ServingEngine() = default;
   void Release(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  // CreateSession; `observe` false keeps the session out of the metrics (warm-up).
+  absl::StatusOr<std::unique_ptr<StreamSession>> CreateSessionImpl(
+      const CallConfig& config, bool streaming, StreamSession::Callbacks callbacks,
+      bool observe) const;
 
   ServerOptions options_;
   std::shared_ptr<const Model> model_;
   std::string model_name_;
   std::string device_name_;
+  // Declared before the scheduler: it observes the scheduler, so it must be destroyed after.
+  std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<TimerQueue> timers_;
 

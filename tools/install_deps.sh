@@ -1,15 +1,38 @@
 #!/usr/bin/env bash
 # Installs the Debian packages jasper-serve needs to build, test and run (Debian bookworm).
 # Idempotent; needs root (or sudo). Nothing is downloaded at build or run time.
+#   tools/install_deps.sh            build + test + run (what README, .ci/run and image builds use)
+#   tools/install_deps.sh --runtime  only the shared libraries jasper-server/jasper-client load
+#                                    (the images' runtime stage); --list prints the list and exits
 set -euo pipefail
+MODE=full
+LIST=0
+for arg in "$@"; do
+  case "$arg" in
+    --runtime) MODE=runtime ;;
+    --list) LIST=1 ;;
+    *) echo "usage: $0 [--runtime] [--list]" >&2; exit 2 ;;
+  esac
+done
+# The sonamed libraries of the -dev packages below (bookworm names; tests/deploy_test.py checks
+# that they cover every library the built binaries load).
+RUNTIME_PACKAGES=(
+  libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libspdlog1.10 libfmt9
+  libopenblas0 libopenblas0-pthread libsoxr0 libgomp1
+)
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev nlohmann-json3-dev libopenblas-dev libsoxr-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-yaml python3-venv
-  sox espeak-ng clang-format
+  sox espeak-ng clang-format openssl
 )
+[ "$MODE" = runtime ] && PACKAGES=("${RUNTIME_PACKAGES[@]}")
+if [ "$LIST" -eq 1 ]; then
+  printf '%s\n' "${PACKAGES[@]}"
+  exit 0
+fi
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
