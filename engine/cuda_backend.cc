@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/execution_plan.h"
 #include "kernels/cuda/sub_block_cuda.h"
 #include "kernels/cuda/weight_pack.h"
 #include "kernels/sub_block.h"
@@ -106,14 +107,12 @@ struct DeviceSubBlock {
   kc::DeviceSubBlock view;
 };
 
-// Activation ids: 0 = encoder input (features), 1 + b = output of encoder block b.
-int ActivationOfSource(int residual_source) { return residual_source + 1; }
-
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(std::shared_ptr<const Model> model, const BackendOptions& options,
+  CudaBackend(std::shared_ptr<const Model> model, ExecutionPlan plan, const BackendOptions& options,
               CudaPrecision precision)
       : model_(std::move(model)),
+        plan_(std::move(plan)),
         options_(options),
         precision_(precision),
         elem_bytes_(kc::PrecisionBytes(precision)) {}
@@ -134,24 +133,23 @@ class CudaBackend final : public Backend {
  private:
   absl::Status Upload(const void* host, std::size_t bytes, DeviceBuffer* buffer);
   absl::Status PackOne(const FoldedSubBlock& sub, DeviceSubBlock* out);
-  void PlanSlots();
-  // Largest activation time reached anywhere in the model for `frames` input frames.
-  int MaxTime(int frames) const;
   absl::Status Reserve(int batch, int frames);
+  const void* Buffer(const PlanBuffer& buffer) const;
   std::size_t ActivationBytes(std::size_t elements) const { return elements * elem_bytes_; }
 
   std::shared_ptr<const Model> model_;
+  ExecutionPlan plan_;
   BackendOptions options_;
   CudaPrecision precision_;
   std::size_t elem_bytes_;
   cudaStream_t stream_ = nullptr;
   int device_smem_limit_ = 0;
 
-  std::vector<std::vector<DeviceSubBlock>> blocks_;  // [block][sub-block]
-  DeviceSubBlock decoder_;
-  int num_sub_blocks_ = 0;
+  std::vector<DeviceSubBlock> steps_;  // per plan step (the decoder last)
+  int num_sub_blocks_ = 0;             // encoder sub-blocks
 
-  std::vector<int> slot_of_block_;
+  std::vector<int> set_time_;  // [num_length_sets], per Run
+  std::vector<const void*> residual_x_;
   int max_channels_ = 0;
   int vocab_ = 0;
   int reserved_batch_ = 0;
@@ -267,68 +265,32 @@ absl::Status CudaBackend::Init() {
     return s;
   }
 
-  const auto& blocks = model_->blocks();
-  blocks_.resize(blocks.size());
-  for (std::size_t b = 0; b < blocks.size(); ++b) {
-    blocks_[b] = std::vector<DeviceSubBlock>(blocks[b].sub_blocks.size());
-    for (std::size_t j = 0; j < blocks[b].sub_blocks.size(); ++j) {
-      if (absl::Status s = PackOne(blocks[b].sub_blocks[j], &blocks_[b][j]); !s.ok()) return s;
-      ++num_sub_blocks_;
-    }
+  const std::vector<PlanStep>& steps = plan_.steps();
+  steps_ = std::vector<DeviceSubBlock>(steps.size());
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (absl::Status s = PackOne(*steps[i].sub, &steps_[i]); !s.ok()) return s;
   }
-  if (absl::Status s = PackOne(model_->decoder(), &decoder_); !s.ok()) return s;
+  num_sub_blocks_ = plan_.num_length_sets() - 1;
   vocab_ = model_->decoder().desc.out_channels;
-  PlanSlots();
+  max_channels_ = plan_.max_channels();
+  slots_ = std::vector<DeviceBuffer>(plan_.num_slots());
+  set_time_.assign(plan_.num_length_sets(), 0);
+  residual_x_.reserve(plan_.max_residuals());
   return Reserve(options_.max_batch, options_.max_feature_frames);
 }
 
-void CudaBackend::PlanSlots() {
-  const auto& blocks = model_->blocks();
-  const int num_blocks = static_cast<int>(blocks.size());
-  // last_use[a]: the last block reading activation a (as input or residual source).
-  std::vector<int> last_use(num_blocks + 1, -1);
-  max_channels_ = std::max(model_->config().feat_in, vocab_);
-  for (int b = 0; b < num_blocks; ++b) {
-    last_use[b] = std::max(last_use[b], b);
-    for (const FoldedSubBlock& sub : blocks[b].sub_blocks) {
-      max_channels_ = std::max({max_channels_, sub.desc.in_channels, sub.desc.out_channels});
-      for (int source : sub.residual_sources) {
-        const int a = ActivationOfSource(source);
-        if (a >= 0 && a <= num_blocks) last_use[a] = std::max(last_use[a], b);
-      }
-    }
+const void* CudaBackend::Buffer(const PlanBuffer& buffer) const {
+  switch (buffer.kind) {
+    case PlanBuffer::Kind::kInput:
+      return input_.get();
+    case PlanBuffer::Kind::kSlot:
+      return slots_[buffer.index].get();
+    case PlanBuffer::Kind::kScratch:
+      return scratch_[buffer.index].get();
+    case PlanBuffer::Kind::kLogits:
+      return logits_.get();
   }
-  last_use[num_blocks] = num_blocks;  // the decoder reads the last block's output
-  slot_of_block_.assign(num_blocks, -1);
-  std::vector<int> occupant;  // slot -> activation id it holds
-  for (int b = 0; b < num_blocks; ++b) {
-    int chosen = -1;
-    for (int s = 0; s < static_cast<int>(occupant.size()); ++s) {
-      if (last_use[occupant[s]] < b) {
-        chosen = s;
-        break;
-      }
-    }
-    if (chosen < 0) {
-      chosen = static_cast<int>(occupant.size());
-      occupant.push_back(0);
-    }
-    occupant[chosen] = b + 1;
-    slot_of_block_[b] = chosen;
-  }
-  slots_ = std::vector<DeviceBuffer>(occupant.size());
-}
-
-int CudaBackend::MaxTime(int frames) const {
-  int time = frames;
-  int max_time = frames;
-  for (const FoldedBlock& block : model_->blocks()) {
-    for (const FoldedSubBlock& sub : block.sub_blocks) {
-      time = kernels::ConvOutputLength(sub.desc, time);
-      max_time = std::max(max_time, time);
-    }
-  }
-  return max_time;
+  return nullptr;
 }
 
 absl::Status CudaBackend::Reserve(int batch, int frames) {
@@ -340,7 +302,7 @@ absl::Status CudaBackend::Reserve(int batch, int frames) {
   }
   batch = std::max(batch, reserved_batch_);
   frames = std::max(frames, reserved_frames_);
-  const std::size_t rows = static_cast<std::size_t>(batch) * MaxTime(frames);
+  const std::size_t rows = static_cast<std::size_t>(batch) * plan_.MaxTime(frames);
   const std::size_t act = rows * max_channels_;
   const std::size_t feat = static_cast<std::size_t>(batch) * frames * model_->config().feat_in;
   const std::size_t length_sets = static_cast<std::size_t>(num_sub_blocks_) + 1;
@@ -405,35 +367,15 @@ absl::Status CudaBackend::Run(const FeatureBatch& input, BackendOutput* output) 
   const int batch = input.batch;
   if (absl::Status s = Reserve(batch, input.time); !s.ok()) return s;
 
-  // Host-side plan: the time extent and lengths of every activation, exactly as the CPU
-  // backend computes them. Length set 0 = the input; set 1 + i = the output of sub-block i.
-  const auto& blocks = model_->blocks();
-  const int num_blocks = static_cast<int>(blocks.size());
+  // Host-side shapes: the time extent and lengths of every activation (the same plan the CPU
+  // backend walks). Length set 0 = the input; set 1 + i = the output of sub-block i.
   int* lengths_host = lengths_host_.as<int>();
-  std::copy(input.lengths, input.lengths + batch, lengths_host);
-  std::vector<int> set_time(num_sub_blocks_ + 1);
-  set_time[0] = input.time;
-  {
-    int set = 0;
-    int time = input.time;
-    for (int b = 0; b < num_blocks; ++b) {
-      for (const FoldedSubBlock& sub : blocks[b].sub_blocks) {
-        const int out_time = kernels::ConvOutputLength(sub.desc, time);
-        if (out_time < 1) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "Run: input of ", input.time, " frames is too short for encoder block ", b));
-        }
-        const int* in_lengths = lengths_host + static_cast<std::size_t>(set) * batch;
-        int* out_lengths = lengths_host + static_cast<std::size_t>(set + 1) * batch;
-        for (int i = 0; i < batch; ++i) {
-          out_lengths[i] = kernels::ConvOutputLength(sub.desc, in_lengths[i]);
-        }
-        ++set;
-        set_time[set] = out_time;
-        time = out_time;
-      }
-    }
+  if (absl::Status s =
+          plan_.ComputeShapes(input.time, input.lengths, batch, set_time_.data(), lengths_host);
+      !s.ok()) {
+    return s;
   }
+  const std::vector<int>& set_time = set_time_;
 
   // Features: pageable -> pinned -> device (cast to the run precision on the device).
   const std::size_t feat = static_cast<std::size_t>(batch) * input.time * input.features;
@@ -468,61 +410,36 @@ absl::Status CudaBackend::Run(const FeatureBatch& input, BackendOutput* output) 
   };
   auto host_lengths = [&](int set) { return lengths_host + static_cast<std::size_t>(set) * batch; };
 
-  // Per activation: device pointer, its length set.
-  std::vector<const void*> act_data(num_blocks + 1);
-  std::vector<int> act_set(num_blocks + 1);
-  act_data[0] = input_.get();
-  act_set[0] = 0;
+  const int num_blocks = static_cast<int>(model_->blocks().size());
   if (options_.keep_block_outputs) {
     output->block_outputs.assign(num_blocks, {});
     output->block_time.assign(num_blocks, 0);
   }
-  std::vector<const void*> residual_x;
-  int set = 0;
-  for (int b = 0; b < num_blocks; ++b) {
-    const FoldedBlock& block = blocks[b];
-    const void* x = act_data[b];
-    void* block_out = slots_[slot_of_block_[b]].get();
-    const int repeat = static_cast<int>(block.sub_blocks.size());
-    for (int j = 0; j < repeat; ++j) {
-      const FoldedSubBlock& sub = block.sub_blocks[j];
-      const int out_set = set + 1;
-      residual_x.clear();
-      for (int source : sub.residual_sources) {
-        const int a = ActivationOfSource(source);
-        if (a < 0 || a > b || set_time[act_set[a]] != set_time[out_set] ||
-            !std::equal(host_lengths(act_set[a]), host_lengths(act_set[a]) + batch,
-                        host_lengths(out_set))) {
-          return absl::InternalError(
-              absl::StrCat("Run: residual source of block ", b, " does not match its output"));
-        }
-        residual_x.push_back(act_data[a]);
-      }
-      void* y = (j == repeat - 1) ? block_out : scratch_[j % 2].get();
-      kc::DeviceGeometry geometry;
-      geometry.batch = batch;
-      geometry.in_time = set_time[set];
-      geometry.out_time = set_time[out_set];
-      geometry.in_lengths = device_lengths(set);
-      geometry.out_lengths = device_lengths(out_set);
-      if (absl::Status s =
-              KernelStatus(kc::LaunchFusedSubBlock(blocks_[b][j].view, precision_, x, geometry,
-                                                   residual_x.data(), y, stream_),
-                           absl::StrCat("block ", b, " sub-block ", j));
-          !s.ok()) {
-        return s;
-      }
-      x = y;
-      set = out_set;
+  const std::vector<PlanStep>& steps = plan_.steps();
+  for (std::size_t i = 0; i + 1 < steps.size(); ++i) {  // the decoder (last step) below
+    const PlanStep& step = steps[i];
+    residual_x_.clear();
+    for (const PlanBuffer& residual : step.residual_inputs) residual_x_.push_back(Buffer(residual));
+    void* y = const_cast<void*>(Buffer(step.output));
+    kc::DeviceGeometry geometry;
+    geometry.batch = batch;
+    geometry.in_time = set_time[step.in_set];
+    geometry.out_time = set_time[step.out_set];
+    geometry.in_lengths = device_lengths(step.in_set);
+    geometry.out_lengths = device_lengths(step.out_set);
+    if (absl::Status s =
+            KernelStatus(kc::LaunchFusedSubBlock(steps_[i].view, precision_, Buffer(step.input),
+                                                 geometry, residual_x_.data(), y, stream_),
+                         absl::StrCat("block ", step.block, " sub-block ", step.sub_block));
+        !s.ok()) {
+      return s;
     }
-    act_data[b + 1] = block_out;
-    act_set[b + 1] = set;
-    if (options_.keep_block_outputs) {
-      const int channels = block.sub_blocks.back().desc.out_channels;
-      const std::size_t count = static_cast<std::size_t>(batch) * set_time[set] * channels;
+    if (options_.keep_block_outputs && step.ends_block) {
+      const int channels = step.sub->desc.out_channels;
+      const std::size_t count = static_cast<std::size_t>(batch) * set_time[step.out_set] * channels;
       std::vector<unsigned char> raw(count * elem_bytes_);
       if (absl::Status s = CudaStatus(
-              cudaMemcpyAsync(raw.data(), block_out, raw.size(), cudaMemcpyDeviceToHost, stream_),
+              cudaMemcpyAsync(raw.data(), y, raw.size(), cudaMemcpyDeviceToHost, stream_),
               "block output download");
           !s.ok()) {
         return s;
@@ -531,25 +448,26 @@ absl::Status CudaBackend::Run(const FeatureBatch& input, BackendOutput* output) 
           !s.ok()) {
         return s;
       }
-      output->block_outputs[b].resize(count);
-      kc::ConvertToFloat(precision_, raw.data(), count, output->block_outputs[b].data());
-      output->block_time[b] = set_time[set];
+      output->block_outputs[step.block].resize(count);
+      kc::ConvertToFloat(precision_, raw.data(), count, output->block_outputs[step.block].data());
+      output->block_time[step.block] = set_time[step.out_set];
     }
   }
 
   // Decoder (1x1 conv with bias, identity) + device log-softmax/argmax.
-  const int time = set_time[act_set[num_blocks]];
-  const int final_set = act_set[num_blocks];
+  const PlanStep& decoder = steps.back();
+  const int final_set = decoder.out_set;
+  const int time = set_time[final_set];
   kc::DeviceGeometry geometry;
   geometry.batch = batch;
   geometry.in_time = time;
   geometry.out_time = time;
   geometry.in_lengths = device_lengths(final_set);
   geometry.out_lengths = device_lengths(final_set);
-  if (absl::Status s =
-          KernelStatus(kc::LaunchFusedSubBlock(decoder_.view, precision_, act_data[num_blocks],
-                                               geometry, nullptr, logits_.get(), stream_),
-                       "decoder");
+  if (absl::Status s = KernelStatus(
+          kc::LaunchFusedSubBlock(steps_.back().view, precision_, Buffer(decoder.input), geometry,
+                                  nullptr, logits_.get(), stream_),
+          "decoder");
       !s.ok()) {
     return s;
   }
@@ -602,7 +520,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(std::shared_ptr<const
                                                            CudaPrecision precision) {
   if (model == nullptr) return absl::InvalidArgumentError("CreateCudaBackend: no model");
   if (absl::Status status = options.Validate(); !status.ok()) return status;
-  auto backend = std::make_unique<CudaBackend>(std::move(model), options, precision);
+  absl::StatusOr<ExecutionPlan> plan = ExecutionPlan::Create(*model);
+  if (!plan.ok()) return plan.status();
+  auto backend =
+      std::make_unique<CudaBackend>(std::move(model), *std::move(plan), options, precision);
   if (absl::Status status = backend->Init(); !status.ok()) return status;
   return std::unique_ptr<Backend>(std::move(backend));
 }

@@ -1,6 +1,7 @@
-// The CUDA backend: the same walk over the Model as the CPU backend (block loop, residual
-// sources, slot liveness, decoder, log-softmax + argmax), with one fused kernel launch per
-// sub-block (kernels/cuda/sub_block_cuda.h). Built only with JASPER_HAVE_CUDA.
+// The CUDA backend: walks the same ExecutionPlan as the CPU backend (engine/execution_plan.h:
+// block loop, residual sources, slot liveness, shapes; then the decoder and log-softmax +
+// argmax), with one fused kernel launch per sub-block (kernels/cuda/sub_block_cuda.h). Built
+// only with JASPER_HAVE_CUDA.
 //
 // Device and memory: one CUDA stream per backend on options.cuda_device. At creation, every
 // sub-block's weights are packed for the chosen precision and uploaded once; device activation

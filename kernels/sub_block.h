@@ -28,6 +28,8 @@
 #define JASPER_KERNELS_SUB_BLOCK_H_
 
 #include <cstddef>
+#include <new>
+#include <vector>
 
 namespace jasper::kernels {
 
@@ -93,6 +95,71 @@ std::size_t FusedSubBlockWorkspaceFloats(const SubBlockDesc& desc);
 void FusedSubBlockCpu(const SubBlockDesc& desc, const SubBlockWeights& weights, const float* x,
                       const BatchGeometry& geometry, const ResidualInput* residuals,
                       int num_residuals, float* workspace, float* y);
+
+// ---------------------------------------------------------------------------------------------
+// Packed CPU path: the weights of one sub-block packed once (at model load) for the CPU GEMM
+// micro-kernel, then run many times.
+
+// std::allocator with 64-byte (cache line) alignment, so packed panels and activation rows do
+// not split cache lines.
+template <typename T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() = default;
+  template <typename U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) {}  // NOLINT(runtime/explicit)
+  T* allocate(std::size_t n) {
+    return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64}));
+  }
+  void deallocate(T* p, std::size_t) { ::operator delete (p, std::align_val_t{64}); }
+  template <typename U>
+  bool operator==(const CacheLineAllocator<U>&) const {
+    return true;
+  }
+  template <typename U>
+  bool operator!=(const CacheLineAllocator<U>&) const {
+    return false;
+  }
+};
+using AlignedFloats = std::vector<float, CacheLineAllocator<float>>;
+
+// One sub-block's weights in the micro-kernel's layout. The GEMM's B matrix is the pointwise (or
+// dense) weight with the residual branches' 1x1 weights concatenated along K:
+//   B = [W_main; W_res0; W_res1; ...],  W_main = [C_in, C_out] (separable) or [K*C_in, C_out]
+// stored as column panels of 16: b[p][k][16] for p < n_panels (columns past C_out are zero), so
+// one GEMM computes conv + all residual 1x1 convs, and the epilogue (bias, activation) runs
+// while the output tile is in registers. Built by PackSubBlock; owns its memory; immutable
+// afterwards, so one instance may be shared by any number of threads.
+struct PackedSubBlock {
+  SubBlockDesc desc;
+  bool valid = false;                  // false: invalid descriptor, kernels do nothing
+  int k_main = 0;                      // rows of W_main in b
+  int k_total = 0;                     // k_main + sum(residual_channels)
+  int n_panels = 0;                    // ceil(C_out / 16)
+  std::vector<int> residual_channels;  // C of each residual branch, in order
+  AlignedFloats b;                     // [n_panels][k_total][16]
+  AlignedFloats bias;                  // [n_panels * 16], zero when there is no bias
+  AlignedFloats depthwise;             // separable: [ceil(C_in/16)][K][16]
+};
+
+// Packs `weights` and the residual branches' weights (residuals[p].weight, .channels; .x is not
+// read). Allocates; call once per sub-block at load time.
+PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& weights,
+                            const ResidualInput* residuals, int num_residuals);
+
+// Workspace floats FusedSubBlockCpuPacked needs for `packed` (independent of the batch).
+std::size_t PackedSubBlockWorkspaceFloats(const PackedSubBlock& packed);
+
+// The fused sub-block on packed weights: same contract and result as FusedSubBlockCpu (up to
+// FP32 summation order). residual_x[p] is the p-th residual branch's input, [batch, out_time,
+// packed.residual_channels[p]] (may be null when there are none). Rows of several utterances
+// are stacked into one GEMM tile (separable and 1x1 sub-blocks), so small T and large batches
+// keep the micro-kernel busy. AVX2+FMA micro-kernel when the CPU has it, else portable vector
+// code. `workspace` must hold PackedSubBlockWorkspaceFloats(packed) floats; it is not read
+// before it is written. Single-threaded; no allocation.
+void FusedSubBlockCpuPacked(const PackedSubBlock& packed, const float* x,
+                            const BatchGeometry& geometry, const float* const* residual_x,
+                            float* workspace, float* y);
 
 // CTC head on [batch, time, vocab] logits: per frame log-softmax (written to log_probs, may alias
 // logits) and argmax (ids[b*time + t], its log-probability in best_log_probs). Frames at

@@ -192,43 +192,62 @@ void RunCase(const Case& c) {
   std::vector<float> y_ref(y_size, kNaN);
   SubBlockReference(desc, w, x.data(), g, residuals.data(), static_cast<int>(residuals.size()),
                     y_ref.data());
-  // Exactly sized (ASan catches an overrun) and poisoned (reading it before writing shows).
-  std::vector<float> workspace(FusedSubBlockWorkspaceFloats(desc), kNaN);
-  std::vector<float> y_fast(y_size, kNaN);
-  FusedSubBlockCpu(desc, w, x.data(), g, residuals.data(), static_cast<int>(residuals.size()),
-                   workspace.data(), y_fast.data());
-
   double scale = 0.0;
   for (float v : y_ref) {
     ASSERT_TRUE(std::isfinite(v)) << "reference wrote a non-finite value";
     scale = std::max(scale, std::fabs(double(v)));
   }
   const double tol = 1e-5 * std::sqrt(double(products)) * scale;
-  double max_err = 0.0;
-  int reported = 0;
-  for (int b = 0; b < c.batch; ++b) {
-    for (int t = 0; t < out_time; ++t) {
-      for (int o = 0; o < c_out; ++o) {
-        const std::size_t i = (static_cast<std::size_t>(b) * out_time + t) * c_out + o;
-        const float f = y_fast[i];
-        const float r = y_ref[i];
-        bool bad;
-        if (t >= out_len[b]) {
-          bad = !(r == 0.0f && f == 0.0f);  // masked frames: exactly zero
-        } else {
-          const double err = std::fabs(double(f) - double(r));
-          bad = !std::isfinite(f) || err > tol;
-          if (std::isfinite(f)) max_err = std::max(max_err, err);
-        }
-        if (bad && reported++ < 5) {
-          ADD_FAILURE() << "b=" << b << " t=" << t << " o=" << o << " out_len=" << out_len[b]
-                        << " in_len=" << in_len[b] << ": fused " << f << " vs reference " << r
-                        << " (tol " << tol << ")";
+  auto check = [&](const char* kernel, const std::vector<float>& y_fast) {
+    SCOPED_TRACE(kernel);
+    double max_err = 0.0;
+    int reported = 0;
+    for (int b = 0; b < c.batch; ++b) {
+      for (int t = 0; t < out_time; ++t) {
+        for (int o = 0; o < c_out; ++o) {
+          const std::size_t i = (static_cast<std::size_t>(b) * out_time + t) * c_out + o;
+          const float f = y_fast[i];
+          const float r = y_ref[i];
+          bool bad;
+          if (t >= out_len[b]) {
+            bad = !(r == 0.0f && f == 0.0f);  // masked frames: exactly zero
+          } else {
+            const double err = std::fabs(double(f) - double(r));
+            bad = !std::isfinite(f) || err > tol;
+            if (std::isfinite(f)) max_err = std::max(max_err, err);
+          }
+          if (bad && reported++ < 5) {
+            ADD_FAILURE() << "b=" << b << " t=" << t << " o=" << o << " out_len=" << out_len[b]
+                          << " in_len=" << in_len[b] << ": " << kernel << " " << f
+                          << " vs reference " << r << " (tol " << tol << ")";
+          }
         }
       }
     }
+    EXPECT_EQ(reported, 0) << reported << " bad elements; max error " << max_err << ", tol " << tol;
+  };
+
+  // Fused on the caller's weights (OpenBLAS). Exactly sized workspace (ASan catches an overrun),
+  // poisoned like the output (reading it before writing shows).
+  {
+    std::vector<float> workspace(FusedSubBlockWorkspaceFloats(desc), kNaN);
+    std::vector<float> y_fast(y_size, kNaN);
+    FusedSubBlockCpu(desc, w, x.data(), g, residuals.data(), static_cast<int>(residuals.size()),
+                     workspace.data(), y_fast.data());
+    check("FusedSubBlockCpu", y_fast);
   }
-  EXPECT_EQ(reported, 0) << reported << " bad elements; max error " << max_err << ", tol " << tol;
+  // Fused on packed weights (own micro-kernel, residuals concatenated along K).
+  {
+    const PackedSubBlock packed =
+        PackSubBlock(desc, w, residuals.data(), static_cast<int>(residuals.size()));
+    ASSERT_TRUE(packed.valid);
+    std::vector<const float*> res_ptrs;
+    for (const auto& r : res_x) res_ptrs.push_back(r.data());
+    std::vector<float> workspace(PackedSubBlockWorkspaceFloats(packed), kNaN);
+    std::vector<float> y_fast(y_size, kNaN);
+    FusedSubBlockCpuPacked(packed, x.data(), g, res_ptrs.data(), workspace.data(), y_fast.data());
+    check("FusedSubBlockCpuPacked", y_fast);
+  }
 }
 
 // The cross product separable/dense x K x stride x dilation, with time and channel sizes chosen
@@ -316,6 +335,17 @@ std::vector<Case> SpecialCases() {
   add("DenseBatch33", false, 11, 2, 1, -1, 13, 3, 130, 33, {13}, id, true, Lengths::kMixed);
   add("DenseK1Batch33", false, 1, 1, 1, 0, 13, 13, 257, 33, {13, 13, 3}, relu, true,
       Lengths::kMixed);
+  // Packed path: stacked tiles across utterances (short T, large batch), tile boundaries inside
+  // an utterance, QuartzNet-like channel counts that are not multiples of 16, K=1 stride 2.
+  add("SepStackBatch33T25", true, 33, 1, 1, -1, 40, 70, 25, 33, {40}, relu, true, Lengths::kMixed);
+  add("SepStackBatch33T100Full", true, 75, 1, 1, -1, 24, 19, 100, 33, {24, 11}, id, true,
+      Lengths::kFull);
+  add("SepStackBatch9T300S2", true, 33, 2, 1, -1, 17, 33, 300, 9, {}, relu, true, Lengths::kMixed);
+  add("DenseK1StackBatch33S2", false, 1, 2, 1, 0, 29, 35, 57, 33, {35}, relu, true,
+      Lengths::kMixed);
+  add("SepWideK1000", true, 5, 1, 1, -1, 600, 47, 40, 3, {300, 17}, relu, true, Lengths::kMixed);
+  add("DenseK3D1Wide", false, 3, 1, 1, -1, 300, 21, 300, 2, {13}, relu, true, Lengths::kMixed);
+  add("DenseK3D2Wide", false, 3, 1, 2, -1, 130, 21, 300, 2, {}, relu, true, Lengths::kMixed);
   // Batch 1 with full, short, 1 and 0 lengths; T = 1.
   add("SepBatch1Full", true, 11, 1, 1, -1, 64, 64, 130, 1, {64}, relu, true, Lengths::kFull);
   add("SepBatch1Short", true, 75, 1, 1, -1, 13, 13, 257, 1, {}, relu, true, Lengths::kShort);

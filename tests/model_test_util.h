@@ -1,5 +1,6 @@
-// Test helpers for model loading: tiny Jasper/QuartzNet configs, random checkpoints under NeMo's
-// state_dict names (written independently of engine/model.cc), raw safetensors builders, a naive
+// Test helpers for model loading: tiny Jasper/QuartzNet configs and random checkpoints under
+// NeMo's state_dict names (tests/random_model.h, shared with tools/bench), raw safetensors
+// builders, a naive
 // double-precision NeMo forward (conv -> BN -> ReLU, JasperBlock list passing), and the folded
 // model run through kernels::SubBlockReference. Header-only; used by model_loader_test.cc.
 // Thread-compatible.
@@ -24,116 +25,9 @@
 #include "engine/model_config.h"
 #include "gtest/gtest.h"
 #include "kernels/sub_block.h"
+#include "tests/random_model.h"
 
 namespace jasper::test_util {
-
-// name -> (shape, FP32 values), the input of SerializeSafetensors().
-using Tensors = std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>;
-
-// ---------------------------------------------------------------------------------------------
-// Building tiny models.
-
-inline BlockConfig Block(int filters, int repeat, int kernel, int stride, int dilation,
-                         bool residual, bool dense, bool separable) {
-  BlockConfig b;
-  b.filters = filters;
-  b.repeat = repeat;
-  b.kernel = kernel;
-  b.stride = stride;
-  b.dilation = dilation;
-  b.residual = residual;
-  b.residual_dense = dense;
-  b.separable = separable;
-  return b;
-}
-
-inline ModelConfig ConfigWith(std::vector<BlockConfig> blocks, int features = 8) {
-  ModelConfig c;
-  c.name = "tiny";
-  c.featurizer.features = features;
-  c.feat_in = features;
-  c.blocks = std::move(blocks);
-  c.decoder_feat_in = c.blocks.back().filters;
-  c.labels = {" ", "a", "b", "c", "'"};
-  return c;
-}
-
-// QuartzNet-like: strided separable prologue (R=2, so both sub-blocks stride), separable
-// residual block, dilated dense block, 1x1 dense epilogue.
-inline ModelConfig SeparableConfig() {
-  return ConfigWith(
-      {Block(6, 2, 5, 2, 1, false, false, true), Block(6, 3, 3, 1, 1, true, false, true),
-       Block(10, 2, 3, 1, 2, false, false, false), Block(12, 1, 1, 1, 1, false, false, false)});
-}
-
-// Jasper DR-like: dense prologue, three dense-residual blocks, dense epilogue.
-inline ModelConfig DenseResidualConfig() {
-  return ConfigWith(
-      {Block(7, 1, 3, 2, 1, false, false, false), Block(7, 2, 3, 1, 1, true, true, false),
-       Block(9, 2, 5, 1, 1, true, true, false), Block(9, 1, 3, 1, 1, true, true, false),
-       Block(11, 1, 1, 1, 1, false, false, false)});
-}
-
-inline std::vector<float> Random(std::mt19937& rng, std::size_t n, float lo, float hi) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-inline void AddBatchNorm(Tensors& t, const std::string& prefix, int c, std::mt19937& rng) {
-  t[prefix + ".weight"] = {{c}, Random(rng, c, 0.5f, 1.5f)};
-  t[prefix + ".bias"] = {{c}, Random(rng, c, -0.5f, 0.5f)};
-  t[prefix + ".running_mean"] = {{c}, Random(rng, c, -0.5f, 0.5f)};
-  t[prefix + ".running_var"] = {{c}, Random(rng, c, 0.05f, 2.0f)};
-}
-
-// Tensors under NeMo's state_dict names, written here independently of the loader.
-inline Tensors MakeTensors(const ModelConfig& config, unsigned seed) {
-  std::mt19937 rng(seed);
-  Tensors t;
-  std::vector<int> dense_panes;
-  for (std::size_t b = 0; b < config.blocks.size(); ++b) {
-    const BlockConfig& blk = config.blocks[b];
-    const int in = b == 0 ? config.feat_in : config.blocks[b - 1].filters;
-    const std::string p = "encoder.encoder." + std::to_string(b) + ".";
-    for (int j = 0; j < blk.repeat; ++j) {
-      const int cin = j == 0 ? in : blk.filters;
-      const int k = blk.kernel;
-      const int o = blk.filters;
-      if (blk.separable) {
-        const std::string m = p + "mconv.";
-        t[m + std::to_string(5 * j) + ".conv.weight"] = {{cin, 1, k}, Random(rng, cin * k, -1, 1)};
-        t[m + std::to_string(5 * j + 1) + ".conv.weight"] = {{o, cin, 1},
-                                                             Random(rng, o * cin, -0.5, 0.5)};
-        AddBatchNorm(t, m + std::to_string(5 * j + 2), o, rng);
-      } else {
-        const std::string m = p + "mconv.";
-        t[m + std::to_string(4 * j) + ".conv.weight"] = {{o, cin, k},
-                                                         Random(rng, o * cin * k, -0.5, 0.5)};
-        AddBatchNorm(t, m + std::to_string(4 * j + 1), o, rng);
-      }
-    }
-    if (blk.residual) {
-      std::vector<int> panes = {in};
-      if (blk.residual_dense) {
-        dense_panes.push_back(in);
-        panes = dense_panes;
-      }
-      for (std::size_t q = 0; q < panes.size(); ++q) {
-        const std::string r = p + "res." + std::to_string(q) + ".";
-        t[r + "0.conv.weight"] = {{blk.filters, panes[q], 1},
-                                  Random(rng, blk.filters * panes[q], -0.5, 0.5)};
-        AddBatchNorm(t, r + "1", blk.filters, rng);
-      }
-    }
-  }
-  const int n = config.num_outputs();
-  t["decoder.decoder_layers.0.weight"] = {{n, config.decoder_feat_in, 1},
-                                          Random(rng, n * config.decoder_feat_in, -1, 1)};
-  t["decoder.decoder_layers.0.bias"] = {{n}, Random(rng, n, -1, 1)};
-  return t;
-}
 
 // A safetensors file with arbitrary header text (for malformed cases).
 inline std::string RawFile(const std::string& header, const std::string& data) {

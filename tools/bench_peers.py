@@ -21,7 +21,12 @@ Clock: like jasper_bench, a 1-thread row uses the median process CPU time per ca
 is shared; CPU time is what the process actually ran), a 2-thread row the median wall time.
 Prints one table; ratios are speedups of jasper-serve (peer time / our time, > 1 = ours faster).
 
-Usage: tools/bench_peers.py [--quick] [--bench PATH] [--threads 1,2] [--json-out FILE]
+Ours = the CPU backend's path: kernels::FusedSubBlockCpuPacked (weights packed at load, own
+AVX2/FMA GEMM micro-kernel, residual 1x1 convs concatenated along K), single-threaded (a
+2-thread row runs the same single-threaded code; ORT and PyTorch use 2 intra-op threads).
+
+Usage: tools/bench_peers.py [--quick] [--repeats N] [--bench PATH] [--threads 1,2]
+                            [--json-out FILE]
 Needs: torch, onnx, onnxruntime (pip install onnx onnxruntime).
 """
 import argparse
@@ -271,10 +276,26 @@ def run_all(args, workdir):
     return ours, results
 
 
+def best_of(ours_a, peers_a, ours_b, peers_b):
+    """Per row and engine, keeps the measurement with the lower time (rows are in the same order
+    in every repetition)."""
+    for section in ("subblock", "model"):
+        for i, row in enumerate(ours_b.get(section, [])):
+            if row["time_ms"] < ours_a[section][i]["time_ms"]:
+                ours_a[section][i] = row
+        for i, row in enumerate(peers_b.get(section, [])):
+            for engine in ("torch", "ort"):
+                if row[engine]["time_ms"] < peers_a[section][i][engine]["time_ms"]:
+                    peers_a[section][i][engine] = row[engine]
+    ours_a["peak_gflops_1t"] = max(ours_a.get("peak_gflops_1t", 0), ours_b.get("peak_gflops_1t", 0))
+    return ours_a, peers_a
+
+
 def find_bench(path):
     if path:
         return path
-    for cand in ("build/tools/bench/jasper_bench", "build-bench/tools/bench/jasper_bench"):
+    for cand in ("build/tools/bench/jasper_bench", "build-perf/tools/bench/jasper_bench",
+                 "build-bench/tools/bench/jasper_bench"):
         full = os.path.join(REPO, cand)
         if os.path.exists(full):
             return full
@@ -323,8 +344,8 @@ def print_table(ours, peers):
     if peers["model"]:
         lines.append("")
         lines.append("QuartzNet 15x5, encoder + decoder + log-softmax (speed column: RTFx = "
-                     "audio s / time)")
-        lines.append(head)
+                     "audio s / time; last column: our GFLOP/s)")
+        lines.append(head + f" | {'ours GF/s':>9}")
         for p in peers["model"]:
             o = ours_model.get((p["name"], p["batch"], p["threads"]))
             if o is None:
@@ -334,7 +355,8 @@ def print_table(ours, peers):
             lines.append(
                 f"{row:<26} {p['threads']:>3} {o['clock']:>5} | {om:>9.1f} {tm:>9.1f} "
                 f"{pm:>9.1f} | {o['rtfx_primary']:>7.1f} {p['ort']['rtfx']:>7.1f} "
-                f"{p['torch']['rtfx']:>7.1f} | {ratio(tm, om):>7.2f}x {ratio(pm, om):>9.2f}x")
+                f"{p['torch']['rtfx']:>7.1f} | {ratio(tm, om):>7.2f}x {ratio(pm, om):>9.2f}x"
+                f" | {o['flops'] / (om * 1e-3) * 1e-9:>9.1f}")
     print("\n".join(lines))
 
 
@@ -345,6 +367,9 @@ def main():
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     ap.add_argument("--sections", default="subblock,model", help="subblock and/or model")
     ap.add_argument("--json-out", default="", help="write all results (ours + peers) here")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="run the whole interleaved sequence this many times and report, per row "
+                         "and engine, the best (lowest) median (the machine is shared)")
     args = ap.parse_args()
     args.threads = [int(t) for t in args.threads.split(",") if t]
     args.sections = [s for s in args.sections.split(",") if s]
@@ -354,12 +379,16 @@ def main():
           flush=True)
     with tempfile.TemporaryDirectory(prefix="jasper_peers_") as workdir:
         ours, peers = run_all(args, workdir)
+        for rep in range(1, max(1, args.repeats)):
+            print(f"repetition {rep + 1} of {args.repeats}", file=sys.stderr, flush=True)
+            ours, peers = best_of(ours, peers, *run_all(args, workdir))
     load_end = open("/proc/loadavg").read().split()[:3]
     print(f"\n=== jasper-serve vs ONNX Runtime {ort.__version__} vs PyTorch {torch.__version__} "
           f"(CPU: {ours['machine']['cpu']}, FP32 FMA peak 1 thread "
           f"{ours.get('peak_gflops_1t', 0):.0f} GFLOP/s; load {' '.join(load_start)} -> "
           f"{' '.join(load_end)}) ===")
     print("time: 1 thread = median process CPU time per call, 2 threads = median wall time; "
+          f"best of {max(1, args.repeats)} repetition(s) per row and engine; "
           "ratios = peer time / our time (> 1: ours faster)")
     print_table(ours, peers)
     if args.json_out:

@@ -1,4 +1,6 @@
-// Fused CPU sub-block, time-tiled. Per utterance, output frames [0, out_len) are cut into tiles
+// Fused CPU sub-block on the caller's unpacked weights (OpenBLAS SGEMMs; the backend runs the
+// packed variant in packed.cc, which shares the depthwise and staging helpers defined here via
+// cpu_internal.h). Time-tiled. Per utterance, output frames [0, out_len) are cut into tiles
 // of kTileFrames frames; frames at or past out_len are only zero-filled. Per tile:
 //   separable: depthwise conv into workspace [tile, C_in], then one SGEMM with the pointwise W;
 //   dense K=1: one SGEMM straight on the rows of x;
@@ -22,21 +24,14 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
+#include "kernels/cpu/cpu_internal.h"
 #include "kernels/sub_block.h"
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#define JASPER_X86_DISPATCH 1
-#else
-#define JASPER_X86_DISPATCH 0
-#endif
-#define JASPER_ALWAYS_INLINE inline __attribute__((always_inline))
-
 namespace jasper::kernels {
-namespace {
-
-using Index = std::ptrdiff_t;
+namespace cpu_internal {
 
 // Output frames per tile. Measured (one core, Zen 2) on separable C=256/512, K=33..87 and dense
 // C=256..1024: 64 -> 128 -> 256 frames went ~70 -> ~75 -> ~83 GFLOP/s as OpenBLAS's per-call
@@ -47,17 +42,11 @@ constexpr int kTileFrames = 256;
 // GNU vector extension: 8 floats, one AVX register (two SSE registers in the baseline build).
 // Used instead of plain loops because GCC keeps an array of accumulators in memory (on the
 // stack) across the tap loop, which ran ~4x slower than register accumulators.
-typedef float Vec8 __attribute__((vector_size(32)));
-constexpr int kVecWidth = 8;
-// Channels per depthwise block (two vectors), and output frames sharing each loaded weight
-// vector: 6 x 2 = 12 accumulators cover the FMA latency x throughput (5 x 2 on Zen 2) and, with
-// the 2 weight vectors, fit the 16 AVX registers (the input is read by the FMAs' memory operand).
-// Staged buffers are 64-byte aligned: unaligned 32-byte loads that split cache lines cost ~1/3
-// of the depthwise throughput.
-constexpr int kChannelBlock = 2 * kVecWidth;
+// Output frames sharing each loaded weight vector: 6 x 2 = 12 accumulators cover the FMA
+// latency x throughput (5 x 2 on Zen 2) and, with the 2 weight vectors, fit the 16 AVX registers
+// (the input is read by the FMAs' memory operand). Staged buffers are 64-byte aligned: unaligned
+// 32-byte loads that split cache lines cost ~1/3 of the depthwise throughput.
 constexpr int kFrameBlock = 6;
-
-int ChannelBlocks(int channels) { return (channels + kChannelBlock - 1) / kChannelBlock; }
 
 bool IsPointwiseDense(const SubBlockDesc& desc) { return !desc.separable && desc.kernel_size == 1; }
 
@@ -127,11 +116,6 @@ void PackDepthwise(const float* w, int taps, int channels, float* dst) {
   }
 }
 
-// Unaligned load/store. Vectors go by pointer: a by-value 32-byte vector changes the ABI between
-// the baseline and the AVX2 build (-Wpsabi), although these are always inlined.
-JASPER_ALWAYS_INLINE void LoadVec(const float* p, Vec8* v) { std::memcpy(v, p, sizeof(*v)); }
-JASPER_ALWAYS_INLINE void StoreVec(const Vec8* v, float* p) { std::memcpy(p, v, sizeof(*v)); }
-
 // Depthwise conv of `Frames` consecutive output frames for one 16-channel block. `window` is the
 // block's staged input ([rows][16]): frame f, tap k reads row f*stride + k*dilation. `w` is the
 // block's packed weights ([K][16]). Writes `valid` (<= 16) channels of each frame to `out`.
@@ -184,14 +168,28 @@ JASPER_ALWAYS_INLINE void DepthwiseTileImpl(const float* window, Index block_str
       DepthwiseBlock<kFrameBlock>(win + f * row_step, row_step, tap_step, w, taps,
                                   out + static_cast<Index>(f) * channels + c0, channels, valid);
     }
-    // Leftover frames: 2 at a time, then 1.
-    for (; f + 2 <= frames; f += 2) {
-      DepthwiseBlock<2>(win + f * row_step, row_step, tap_step, w, taps,
-                        out + static_cast<Index>(f) * channels + c0, channels, valid);
-    }
-    if (f < frames) {
-      DepthwiseBlock<1>(win + f * row_step, row_step, tap_step, w, taps,
-                        out + static_cast<Index>(f) * channels + c0, channels, valid);
+    // Leftover frames (1-5) in one block: a 1- or 2-frame block has too few accumulators to
+    // hide the FMA latency, so a tail of 4 frames must not run as 2 + 2 (or 5 as 2 + 2 + 1).
+    const float* wt = win + f * row_step;
+    float* ot = out + static_cast<Index>(f) * channels + c0;
+    switch (frames - f) {
+      case 5:
+        DepthwiseBlock<5>(wt, row_step, tap_step, w, taps, ot, channels, valid);
+        break;
+      case 4:
+        DepthwiseBlock<4>(wt, row_step, tap_step, w, taps, ot, channels, valid);
+        break;
+      case 3:
+        DepthwiseBlock<3>(wt, row_step, tap_step, w, taps, ot, channels, valid);
+        break;
+      case 2:
+        DepthwiseBlock<2>(wt, row_step, tap_step, w, taps, ot, channels, valid);
+        break;
+      case 1:
+        DepthwiseBlock<1>(wt, row_step, tap_step, w, taps, ot, channels, valid);
+        break;
+      default:
+        break;
     }
   }
 }
@@ -212,11 +210,12 @@ __attribute__((target("avx2,fma"))) void DepthwiseTileAvx2(const float* window, 
 }
 #endif
 
-using DepthwiseTileFn = void (*)(const float*, Index, int, int, const float*, int, int, int,
-                                 float*);
-
 DepthwiseTileFn SelectDepthwiseTile() {
 #if JASPER_X86_DISPATCH
+  // JASPER_KERNELS_BASELINE=1 forces the portable build (tests run both).
+  if (const char* env = std::getenv("JASPER_KERNELS_BASELINE"); env && env[0] == '1') {
+    return DepthwiseTileGeneric;
+  }
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DepthwiseTileAvx2;
 #endif
@@ -256,8 +255,6 @@ void Gemm(int rows, int n, int k, const float* a, int lda, const float* b, float
               n);
 }
 
-// Offsets in floats rounded up to whole cache lines.
-constexpr Index kLineFloats = 64 / sizeof(float);
 Index RoundToLine(Index floats) { return (floats + kLineFloats - 1) / kLineFloats * kLineFloats; }
 
 // The caller's workspace need not be aligned: align its start to a cache line (the workspace
@@ -267,6 +264,28 @@ float* AlignToLine(float* p) {
   const std::uintptr_t line = kLineFloats * sizeof(float);
   return reinterpret_cast<float*>((address + line - 1) / line * line);
 }
+
+}  // namespace cpu_internal
+
+namespace {
+
+using cpu_internal::AlignToLine;
+using cpu_internal::ChannelBlocks;
+using cpu_internal::ClampedLength;
+using cpu_internal::DepthwiseTile;
+using cpu_internal::DepthwiseTileFn;
+using cpu_internal::Epilogue;
+using cpu_internal::Gemm;
+using cpu_internal::Index;
+using cpu_internal::IsPointwiseDense;
+using cpu_internal::kChannelBlock;
+using cpu_internal::kLineFloats;
+using cpu_internal::kTileFrames;
+using cpu_internal::PackDepthwise;
+using cpu_internal::RoundToLine;
+using cpu_internal::StageRows;
+using cpu_internal::StageRowsBlocked;
+using cpu_internal::WindowRows;
 
 // Workspace layout for a separable sub-block (offsets in floats from the aligned start).
 struct SeparableLayout {

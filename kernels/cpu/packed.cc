@@ -1,0 +1,469 @@
+// Fused CPU sub-block on weights packed once at load time (kernels/sub_block.h: PackedSubBlock).
+//
+// One GEMM per tile of up to kTileRows output rows computes the whole sub-block:
+//   y[rows, C_out] = act( [A_main | A_res0 | A_res1 ...] x [W_main; W_res0; W_res1 ...] + bias )
+// where the K-segments of A are given by row pointers:
+//   separable: A_main row r = the depthwise output of that frame (computed into the workspace
+//              just before, from a channel-blocked staged window, see fused.cc);
+//   dense 1x1: A_main row r = the input row the frame reads, or a zero row when it is masked;
+//   dense K>1: A_main row r = K consecutive input rows of a staged (or, inside the utterance,
+//              in-place) window when dilation == 1 (one K*C_in segment), else one C_in segment
+//              per tap;
+//   residual p: A_res_p row r = residual_x[p] at that frame.
+// Output rows are row pointers too, so a tile may stack frames of several utterances (separable
+// and dense 1x1): a batch of short windows fills the tile like one long utterance. Frames at or
+// past out_len are only zero-filled.
+//
+// The GEMM is BLIS-like without packing A: K in chunks of kKChunk, then 16-column panels of B
+// (a kKChunk x 16 micro-panel stays in L1/L2 while every row block of the tile streams past
+// it), then 6-row blocks (6 x 16 micro-kernel: 12 accumulators + 2 B vectors + 1 broadcast
+// = 15 of the 16 AVX registers; 8 loads per 12 FMAs). The first K chunk stores, later chunks
+// accumulate, and the last applies bias and activation before its store: no extra pass over
+// the output.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/sub_block.h"
+
+namespace jasper::kernels {
+namespace {
+
+using cpu_internal::AlignToLine;
+using cpu_internal::ChannelBlocks;
+using cpu_internal::ClampedLength;
+using cpu_internal::DepthwiseTile;
+using cpu_internal::Index;
+using cpu_internal::IsPointwiseDense;
+using cpu_internal::kChannelBlock;
+using cpu_internal::kLineFloats;
+using cpu_internal::LoadVec;
+using cpu_internal::PackDepthwise;
+using cpu_internal::RoundToLine;
+using cpu_internal::StageRows;
+using cpu_internal::StageRowsBlocked;
+using cpu_internal::StoreVec;
+using cpu_internal::Vec8;
+using cpu_internal::WindowRows;
+
+constexpr int kNr = 16;  // columns per B panel (two vectors)
+constexpr int kMr = 6;   // rows per micro-kernel call
+// K per chunk and output rows per tile. Measured (one Zen 2 core, separable C=256/512, K=33..75,
+// T=25..500, batch 1 and 8): K chunk 128 / 256 / 512 / 1024 gave ~86 / ~89 / ~94 / ~94 GFLOP/s
+// (a 512 x 16 B micro-panel is 32 KB, Zen 2's whole L1, yet the prefetchers keep up; one chunk
+// per 512-channel pointwise conv means the output tile is stored once); tiles of 128, 192 and
+// 256 rows were within noise. 256 rows fit 8 streaming windows of 25 frames in one GEMM.
+constexpr int kKChunk = 512;
+constexpr int kTileRows = 256;
+
+// One K-segment of A: row r of the segment starts at rows[r] + offset; it covers packed B rows
+// [k0, k0 + k).
+struct Segment {
+  const float* const* rows;
+  Index offset;
+  int k;
+  int k0;
+};
+
+enum : int { kAccumulate = 1, kEpilogue = 2 };
+
+// C rows (+)= A rows x B panel for MR rows and one 16-column panel. a[i] points at row i's first
+// element of this K chunk; b at the chunk's first row of the panel ([kc][16]); c[i] at row i's
+// first column of the panel, of which n_valid (<= 16) are written.
+template <int MR>
+JASPER_ALWAYS_INLINE void MicroKernel(const float* const* a, int kc, const float* __restrict b,
+                                      float* const* c, int n_valid, int mode, const float* bias,
+                                      bool relu) {
+  Vec8 acc0[MR], acc1[MR];
+  const float* ap[MR];
+  for (int i = 0; i < MR; ++i) {
+    acc0[i] = acc1[i] = Vec8{};
+    ap[i] = a[i];
+  }
+  for (int k = 0; k < kc; ++k) {
+    Vec8 b0, b1;
+    LoadVec(b, &b0);
+    LoadVec(b + 8, &b1);
+    b += kNr;
+    for (int i = 0; i < MR; ++i) {
+      const float s = ap[i][k];
+      const Vec8 ai = {s, s, s, s, s, s, s, s};  // vbroadcastss (`Vec8{} + s` adds a vaddss)
+      acc0[i] += ai * b0;
+      acc1[i] += ai * b1;
+    }
+  }
+  Vec8 bias0{}, bias1{};
+  if (mode & kEpilogue) {
+    LoadVec(bias, &bias0);
+    LoadVec(bias + 8, &bias1);
+  }
+  const Vec8 zero{};
+  for (int i = 0; i < MR; ++i) {
+    float* ci = c[i];
+    Vec8 v0 = acc0[i], v1 = acc1[i];
+    if (n_valid == kNr) {
+      if (mode & kAccumulate) {
+        Vec8 c0, c1;
+        LoadVec(ci, &c0);
+        LoadVec(ci + 8, &c1);
+        v0 += c0;
+        v1 += c1;
+      }
+      if (mode & kEpilogue) {
+        v0 += bias0;
+        v1 += bias1;
+        // `v < 0 ? 0 : v` keeps a NaN as NaN, like std::max(v, 0) in the reference.
+        if (relu) {
+          v0 = v0 < zero ? zero : v0;
+          v1 = v1 < zero ? zero : v1;
+        }
+      }
+      StoreVec(&v0, ci);
+      StoreVec(&v1, ci + 8);
+    } else {
+      float lanes[kNr] = {};
+      if (mode & kAccumulate) {
+        std::memcpy(lanes, ci, sizeof(float) * n_valid);
+        Vec8 c0, c1;
+        LoadVec(lanes, &c0);
+        LoadVec(lanes + 8, &c1);
+        v0 += c0;
+        v1 += c1;
+      }
+      if (mode & kEpilogue) {
+        v0 += bias0;
+        v1 += bias1;
+        if (relu) {
+          v0 = v0 < zero ? zero : v0;
+          v1 = v1 < zero ? zero : v1;
+        }
+      }
+      StoreVec(&v0, lanes);
+      StoreVec(&v1, lanes + 8);
+      std::memcpy(ci, lanes, sizeof(float) * n_valid);
+    }
+  }
+}
+
+// Rows of the next micro-kernel call: 6, except that a remainder of 7 or 8 runs as 4 + 3 / 4 + 4
+// (a 1- or 2-row call is FMA-latency-bound with only 2 or 4 accumulators).
+JASPER_ALWAYS_INLINE int NextRowBlock(int remaining) {
+  if (remaining == 7 || remaining == 8) return 4;
+  return std::min(remaining, kMr);
+}
+
+// y rows (c_rows[r] + column) = act(sum over segments A_s x B_s + bias) for rows [0, rows).
+JASPER_ALWAYS_INLINE void GemmTileImpl(const PackedSubBlock& p, const Segment* segments,
+                                       int num_segments, int rows, float* const* c_rows) {
+  const int c_out = p.desc.out_channels;
+  const bool relu = p.desc.activation == Activation::kRelu;
+  int last_segment = -1;
+  for (int s = 0; s < num_segments; ++s) {
+    if (segments[s].k > 0) last_segment = s;
+  }
+  if (last_segment < 0 || rows <= 0) return;
+  bool first = true;
+  for (int s = 0; s <= last_segment; ++s) {
+    const Segment& seg = segments[s];
+    for (int kk = 0; kk < seg.k; kk += kKChunk) {
+      const int kc = std::min(kKChunk, seg.k - kk);
+      const bool last = s == last_segment && kk + kc >= seg.k;
+      const int mode = (first ? 0 : kAccumulate) | (last ? kEpilogue : 0);
+      first = false;
+      for (int panel = 0; panel < p.n_panels; ++panel) {
+        const int col = panel * kNr;
+        const int n_valid = std::min(kNr, c_out - col);
+        const float* b = p.b.data() + (static_cast<Index>(panel) * p.k_total + seg.k0 + kk) * kNr;
+        const float* bias = p.bias.data() + col;
+        for (int r = 0; r < rows;) {
+          const int mr = NextRowBlock(rows - r);
+          const float* a[kMr];
+          float* c[kMr];
+          for (int i = 0; i < mr; ++i) {
+            a[i] = seg.rows[r + i] + seg.offset + kk;
+            c[i] = c_rows[r + i] + col;
+          }
+          switch (mr) {
+            case 6:
+              MicroKernel<6>(a, kc, b, c, n_valid, mode, bias, relu);
+              break;
+            case 5:
+              MicroKernel<5>(a, kc, b, c, n_valid, mode, bias, relu);
+              break;
+            case 4:
+              MicroKernel<4>(a, kc, b, c, n_valid, mode, bias, relu);
+              break;
+            case 3:
+              MicroKernel<3>(a, kc, b, c, n_valid, mode, bias, relu);
+              break;
+            case 2:
+              MicroKernel<2>(a, kc, b, c, n_valid, mode, bias, relu);
+              break;
+            default:
+              MicroKernel<1>(a, kc, b, c, n_valid, mode, bias, relu);
+              break;
+          }
+          r += mr;
+        }
+      }
+    }
+  }
+}
+
+void GemmTileGeneric(const PackedSubBlock& p, const Segment* segments, int num_segments, int rows,
+                     float* const* c_rows) {
+  GemmTileImpl(p, segments, num_segments, rows, c_rows);
+}
+
+#if JASPER_X86_DISPATCH
+__attribute__((target("avx2,fma"))) void GemmTileAvx2(const PackedSubBlock& p,
+                                                      const Segment* segments, int num_segments,
+                                                      int rows, float* const* c_rows) {
+  GemmTileImpl(p, segments, num_segments, rows, c_rows);
+}
+#endif
+
+using GemmTileFn = void (*)(const PackedSubBlock&, const Segment*, int, int, float* const*);
+
+GemmTileFn SelectGemmTile() {
+#if JASPER_X86_DISPATCH
+  // JASPER_KERNELS_BASELINE=1 forces the portable build (tests run both).
+  if (const char* env = std::getenv("JASPER_KERNELS_BASELINE"); env && env[0] == '1') {
+    return GemmTileGeneric;
+  }
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return GemmTileAvx2;
+#endif
+  return GemmTileGeneric;
+}
+
+GemmTileFn GemmTile() {
+  static const GemmTileFn fn = SelectGemmTile();  // thread-safe one-time selection
+  return fn;
+}
+
+// Segments of A_main: 1, except dense K>1 with dilation > 1 (one per tap).
+int MainSegments(const SubBlockDesc& desc) {
+  return (!desc.separable && desc.kernel_size > 1 && desc.dilation > 1) ? desc.kernel_size : 1;
+}
+
+// Workspace layout (offsets in floats from the line-aligned start).
+struct Layout {
+  Index block_stride = 0;  // separable: floats per channel block of the staged window
+  Index dw_out = 0;        // separable: [tile, C_in] depthwise output
+  Index window = 0;        // separable: [C_in/16][rows][16]; dense K>1: [rows, C_in]
+  Index zero_row = 0;      // dense 1x1: C_in zeros
+  Index a_rows = 0;        // [tile] const float*: A_main row pointers
+  Index c_rows = 0;        // [tile] float*: output row pointers
+  Index res_rows = 0;      // [num_residuals][tile] const float*
+  Index segments = 0;      // [MainSegments + num_residuals] Segment
+  Index total = 0;
+};
+
+constexpr Index FloatsFor(std::size_t bytes) {
+  return static_cast<Index>((bytes + sizeof(float) - 1) / sizeof(float));
+}
+
+Layout LayoutFor(const PackedSubBlock& p) {
+  const SubBlockDesc& d = p.desc;
+  const Index tile = kTileRows;
+  const Index num_res = static_cast<Index>(p.residual_channels.size());
+  Layout l;
+  Index at = 0;
+  if (d.separable) {
+    l.block_stride = WindowRows(d, kTileRows) * kChannelBlock;
+    l.dw_out = at;
+    at = RoundToLine(at + tile * d.in_channels);
+    l.window = at;
+    at = RoundToLine(at + l.block_stride * ChannelBlocks(d.in_channels));
+  } else if (IsPointwiseDense(d)) {
+    l.zero_row = at;
+    at = RoundToLine(at + d.in_channels);
+  } else {
+    l.window = at;
+    at = RoundToLine(at + WindowRows(d, kTileRows) * d.in_channels);
+  }
+  l.a_rows = at;
+  at = RoundToLine(at + FloatsFor(sizeof(const float*) * tile));
+  l.c_rows = at;
+  at = RoundToLine(at + FloatsFor(sizeof(float*) * tile));
+  l.res_rows = at;
+  at = RoundToLine(at + FloatsFor(sizeof(const float*) * tile * num_res));
+  l.segments = at;
+  at = RoundToLine(at + FloatsFor(sizeof(Segment) * (MainSegments(d) + num_res)));
+  l.total = at + kLineFloats;  // slack for aligning the caller's pointer
+  return l;
+}
+
+// Typed views of the workspace regions (the workspace is raw scratch memory; these regions are
+// only ever accessed through these types).
+template <typename T>
+T* Region(float* base, Index offset) {
+  return reinterpret_cast<T*>(base + offset);
+}
+
+}  // namespace
+
+PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& weights,
+                            const ResidualInput* residuals, int num_residuals) {
+  PackedSubBlock p;
+  p.desc = desc;
+  if (!IsValid(desc) || weights.weight == nullptr || (desc.separable && !weights.depthwise)) {
+    return p;
+  }
+  const int c_in = desc.in_channels;
+  const int c_out = desc.out_channels;
+  p.k_main = desc.separable ? c_in : desc.kernel_size * c_in;
+  p.k_total = p.k_main;
+  for (int r = 0; r < num_residuals; ++r) {
+    const int ch = std::max(residuals[r].channels, 0);
+    p.residual_channels.push_back(ch);
+    p.k_total += ch;
+  }
+  p.n_panels = (c_out + kNr - 1) / kNr;
+  p.b.assign(static_cast<std::size_t>(p.n_panels) * p.k_total * kNr, 0.0f);
+  // Row k of the concatenated B, [C_out] row-major, from its source matrix.
+  auto pack_rows = [&](const float* src, int k0, int k) {
+    for (int panel = 0; panel < p.n_panels; ++panel) {
+      const int col = panel * kNr;
+      const int n = std::min(kNr, c_out - col);
+      for (int kk = 0; kk < k; ++kk) {
+        float* dst = p.b.data() + (static_cast<Index>(panel) * p.k_total + k0 + kk) * kNr;
+        std::memcpy(dst, src + static_cast<Index>(kk) * c_out + col, sizeof(float) * n);
+      }
+    }
+  };
+  pack_rows(weights.weight, 0, p.k_main);
+  int k0 = p.k_main;
+  for (int r = 0; r < num_residuals; ++r) {
+    if (p.residual_channels[r] > 0) pack_rows(residuals[r].weight, k0, p.residual_channels[r]);
+    k0 += p.residual_channels[r];
+  }
+  p.bias.assign(static_cast<std::size_t>(p.n_panels) * kNr, 0.0f);
+  if (weights.bias != nullptr) std::copy(weights.bias, weights.bias + c_out, p.bias.begin());
+  if (desc.separable) {
+    p.depthwise.assign(
+        static_cast<std::size_t>(ChannelBlocks(c_in)) * desc.kernel_size * kChannelBlock, 0.0f);
+    PackDepthwise(weights.depthwise, desc.kernel_size, c_in, p.depthwise.data());
+  }
+  p.valid = true;
+  return p;
+}
+
+std::size_t PackedSubBlockWorkspaceFloats(const PackedSubBlock& packed) {
+  if (!packed.valid) return 0;
+  return static_cast<std::size_t>(LayoutFor(packed).total);
+}
+
+void FusedSubBlockCpuPacked(const PackedSubBlock& p, const float* x, const BatchGeometry& geometry,
+                            const float* const* residual_x, float* workspace, float* y) {
+  if (!p.valid) return;
+  const SubBlockDesc& desc = p.desc;
+  const int c_in = desc.in_channels;
+  const int c_out = desc.out_channels;
+  const int stride = desc.stride;
+  const int in_time = geometry.in_time;
+  const int out_time = geometry.out_time;
+  const int num_res = static_cast<int>(p.residual_channels.size());
+  const Layout layout = LayoutFor(p);
+  float* ws = AlignToLine(workspace);
+  const float** a_rows = Region<const float*>(ws, layout.a_rows);
+  float** c_rows = Region<float*>(ws, layout.c_rows);
+  const float** res_rows = Region<const float*>(ws, layout.res_rows);
+  Segment* segments = Region<Segment>(ws, layout.segments);
+  const GemmTileFn gemm = GemmTile();
+
+  // Segments: A_main (1 or K), then one per residual branch.
+  const int main_segments = MainSegments(desc);
+  for (int s = 0; s < main_segments; ++s) {
+    if (main_segments == 1) {
+      segments[s] = {a_rows, 0, p.k_main, 0};
+    } else {
+      segments[s] = {a_rows, static_cast<Index>(s) * desc.dilation * c_in, c_in, s * c_in};
+    }
+  }
+  int k0 = p.k_main;
+  for (int r = 0; r < num_res; ++r) {
+    segments[main_segments + r] = {res_rows + static_cast<Index>(r) * kTileRows, 0,
+                                   p.residual_channels[r], k0};
+    k0 += p.residual_channels[r];
+  }
+  const int num_segments = main_segments + num_res;
+
+  // Output row r of the tile: utterance b, frame t.
+  auto add_output_row = [&](int r, int b, int t) {
+    const Index row = static_cast<Index>(b) * out_time + t;
+    c_rows[r] = y + row * c_out;
+    for (int q = 0; q < num_res; ++q) {
+      res_rows[static_cast<Index>(q) * kTileRows + r] =
+          residual_x[q] + row * p.residual_channels[q];
+    }
+  };
+
+  const bool separable = desc.separable;
+  const bool pointwise = IsPointwiseDense(desc);
+  const cpu_internal::DepthwiseTileFn depthwise = separable ? DepthwiseTile() : nullptr;
+  float* zero_row = nullptr;
+  if (pointwise) {
+    zero_row = ws + layout.zero_row;
+    std::memset(zero_row, 0, sizeof(float) * c_in);
+  }
+
+  int tile_rows = 0;  // rows gathered in the current (stacked) tile
+  for (int b = 0; b < geometry.batch; ++b) {
+    const int in_len = ClampedLength(geometry.in_lengths, b, in_time);
+    const int out_len = ClampedLength(geometry.out_lengths, b, out_time);
+    const float* xb = x + static_cast<Index>(b) * in_time * c_in;
+    float* yb = y + static_cast<Index>(b) * out_time * c_out;
+    if (out_len < out_time) {
+      std::memset(yb + static_cast<Index>(out_len) * c_out, 0,
+                  sizeof(float) * c_out * static_cast<std::size_t>(out_time - out_len));
+    }
+    for (int t0 = 0; t0 < out_len;) {
+      const int frames = std::min(out_len - t0, kTileRows - tile_rows);
+      // First input row read by frame t0 (its tap 0).
+      const Index first = static_cast<Index>(t0) * stride - desc.padding;
+      if (separable) {
+        float* window = ws + layout.window;
+        float* dw_out = ws + layout.dw_out + static_cast<Index>(tile_rows) * c_in;
+        StageRowsBlocked(xb, in_len, first, WindowRows(desc, frames), c_in, layout.block_stride,
+                         window);
+        depthwise(window, layout.block_stride, stride, desc.dilation, p.depthwise.data(),
+                  desc.kernel_size, c_in, frames, dw_out);
+        for (int f = 0; f < frames; ++f)
+          a_rows[tile_rows + f] = dw_out + static_cast<Index>(f) * c_in;
+      } else if (pointwise) {
+        for (int f = 0; f < frames; ++f) {
+          const Index row = first + static_cast<Index>(f) * stride;
+          a_rows[tile_rows + f] = (row >= 0 && row < in_len) ? xb + row * c_in : zero_row;
+        }
+      } else {
+        // Dense K>1: interior windows are read in place, edge windows staged with zeros.
+        const Index rows = WindowRows(desc, frames);
+        const float* src = ws + layout.window;
+        if (first >= 0 && first + rows <= in_len) {
+          src = xb + first * c_in;
+        } else {
+          StageRows(xb, in_len, first, rows, c_in, ws + layout.window);
+        }
+        for (int f = 0; f < frames; ++f) {
+          a_rows[tile_rows + f] = src + static_cast<Index>(f) * stride * c_in;
+        }
+      }
+      for (int f = 0; f < frames; ++f) add_output_row(tile_rows + f, b, t0 + f);
+      tile_rows += frames;
+      t0 += frames;
+      // Dense K>1 windows are per utterance (the staged window is reused): flush every piece.
+      if (tile_rows == kTileRows || !(separable || pointwise)) {
+        gemm(p, segments, num_segments, tile_rows, c_rows);
+        tile_rows = 0;
+      }
+    }
+  }
+  if (tile_rows > 0) gemm(p, segments, num_segments, tile_rows, c_rows);
+}
+
+}  // namespace jasper::kernels
