@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace jasper::client {
 
@@ -72,6 +73,29 @@ std::string LoadStats::ReportJson(double wall_s) const {
       "{\"calls\":{%s},\"audio_s\":%.3f,\"wall_s\":%.3f,\"rtfx\":%.3f,\"latency\":{%s}}",
       absl::StrJoin(codes, ","), audio_s_, wall_s, wall_s > 0 ? audio_s_ / wall_s : 0.0,
       absl::StrJoin(lat, ","));
+}
+
+void WordFirstShown::AddResult(int utterance_index, absl::string_view transcript, TimePoint at) {
+  std::vector<std::map<std::string, TimePoint>>& positions = shown_[utterance_index];
+  size_t i = 0;
+  for (absl::string_view word : absl::StrSplit(transcript, ' ', absl::SkipEmpty())) {
+    if (positions.size() <= i) positions.resize(i + 1);
+    positions[i].emplace(std::string(word), at);  // keeps the earliest time
+    ++i;
+  }
+}
+
+std::vector<WordFirstShown::TimePoint> WordFirstShown::TakeFinal(
+    int utterance_index, const std::vector<std::string>& words) {
+  std::vector<TimePoint> first(words.size(), TimePoint::max());
+  auto it = shown_.find(utterance_index);
+  if (it == shown_.end()) return first;
+  for (size_t i = 0; i < words.size() && i < it->second.size(); ++i) {
+    auto w = it->second[i].find(words[i]);
+    if (w != it->second[i].end()) first[i] = w->second;
+  }
+  shown_.erase(it);
+  return first;
 }
 
 }  // namespace jasper::client

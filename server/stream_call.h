@@ -14,6 +14,9 @@
 //                                                      int utterance_index, const CallConfig&);
 //   };
 //
+// server/service_glue.h builds this adapter (and OfflineCall's) for both APIs from the fields
+// they share plus a small per-API policy.
+//
 // Protocol: the first message must be a config (else INVALID_ARGUMENT); then audio and, where
 // the API has it, force-final controls; half-close ends the audio. One read and one write in
 // flight. The next read is posted only while the session can accept audio (otherwise from

@@ -3,6 +3,7 @@
 #include "engine/stream_session.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
@@ -113,6 +114,13 @@ class Collector {
   void WaitFinals(size_t n) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this, n] { return finals_.size() >= n || done_calls_ > 0; });
+  }
+  // False when `n` interim results have not come within 30 s (or the session ended first).
+  bool WaitInterims(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(30),
+                 [this, n] { return interims_.size() >= n || done_calls_ > 0; });
+    return interims_.size() >= n;
   }
   void WaitSpace() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -230,6 +238,23 @@ class StreamSessionTest : public ::testing::Test {
     std::vector<float> out;
     for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
     return out;
+  }
+
+  // The same finals: text, utterance, audio covered, words and their times.
+  static void ExpectSameFinals(const std::vector<SessionResult>& got,
+                               const std::vector<SessionResult>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[i].transcript, want[i].transcript) << i;
+      EXPECT_EQ(got[i].utterance_index, want[i].utterance_index) << i;
+      EXPECT_EQ(got[i].audio_processed_s, want[i].audio_processed_s) << i;
+      ASSERT_EQ(got[i].words.size(), want[i].words.size()) << i;
+      for (size_t w = 0; w < want[i].words.size(); ++w) {
+        EXPECT_EQ(got[i].words[w].word, want[i].words[w].word);
+        EXPECT_EQ(got[i].words[w].start_ms, want[i].words[w].start_ms);
+        EXPECT_EQ(got[i].words[w].end_ms, want[i].words[w].end_ms);
+      }
+    }
   }
 
   static std::shared_ptr<const Model>* model_;
@@ -401,6 +426,25 @@ TEST_F(StreamSessionTest, InterimResultsComeFromTheLookAhead) {
       EXPECT_GE(interims[i].audio_processed_s, interims[i - 1].audio_processed_s);
     }
   }
+}
+
+// Interim results do not change the final ones: the look-ahead is decoded on a copy of the
+// decoder, so the finals (text, word times) with interim results equal those without.
+TEST_F(StreamSessionTest, InterimResultsDoNotChangeTheFinal) {
+  auto scheduler = MakeScheduler();
+  const std::vector<uint8_t> bytes = ToPcm16(Concat({*fox_, Silence(0.9), *hello_, *fox_}));
+  std::vector<SessionResult> finals[2];
+  for (bool interim : {false, true}) {
+    Collector c;
+    StreamingOptions o;
+    o.interim_results = interim;
+    auto session = MakeSession(scheduler.get(), &c, o);
+    ASSERT_TRUE(StreamAll(session.get(), &c, bytes, {2000}).ok());
+    EXPECT_EQ(c.interims().empty(), !interim);
+    finals[interim] = c.finals();
+  }
+  ASSERT_FALSE(finals[0].empty());
+  ExpectSameFinals(finals[1], finals[0]);
 }
 
 TEST_F(StreamSessionTest, ForceFinalStartsANewUtterance) {
@@ -779,6 +823,55 @@ TEST_F(StreamSessionTest, EndpointingSplitsUtterancesAtSilence) {
     }
     EXPECT_NEAR(finals[0].words.front().start_ms, 500, 60);
   }
+}
+
+// Partials need not wait for the look-ahead (DESIGN.md): speech that lies only in the right
+// look-ahead of the current window is sent as interim text, with the lower stability, before
+// the next window (which would hold it in its chunk) can even be cut; it becomes final later
+// and the final is the same as without interim results.
+TEST_F(StreamSessionTest, LookAheadSpeechIsInterimBeforeTheNextWindow) {
+  std::vector<std::unique_ptr<Backend>> backends;
+  backends.push_back(std::make_unique<VadBackend>((*model_)->config().blank_id()));
+  auto scheduler = *Scheduler::Create(std::move(backends), SchedulerOptions());
+  // Window 0 = chunk [0, 0.8 s) of silence + look-ahead [0.8, 1.6 s) with speech from 1.0 s.
+  const std::vector<uint8_t> bytes = ToPcm16(Concat({Silence(1.0), *fox_, Silence(0.4)}));
+  const size_t window0_bytes = 2 * 16000 * 16 / 10;  // 1.6 s: window 0, not window 1 (2.4 s)
+  ASSERT_GT(bytes.size(), window0_bytes);
+  std::vector<SessionResult> finals[2];
+  StreamingOptions o;
+  o.endpoint_silence_ms = 0;  // one utterance
+  for (bool interim : {false, true}) {
+    o.interim_results = interim;
+    Collector c;
+    auto session = MakeSession(scheduler.get(), &c, o);
+    ASSERT_TRUE(session->PushAudio(absl::MakeConstSpan(bytes).first(window0_bytes)).ok());
+    if (interim) {
+      ASSERT_TRUE(c.WaitInterims(1)) << "no interim result from the look-ahead of window 0";
+      const std::vector<SessionResult> interims = c.interims();
+      ASSERT_EQ(interims.size(), 1u);
+      // Only look-ahead tokens (the chunk is silent): text, at the lower stability.
+      EXPECT_FALSE(interims[0].transcript.empty());
+      EXPECT_EQ(interims[0].transcript.find_first_not_of('a'), std::string::npos);
+      EXPECT_EQ(interims[0].stability, 0.5f);
+      EXPECT_NEAR(interims[0].audio_processed_s, 0.8, 1e-9);  // chunk end: nothing final yet
+      EXPECT_TRUE(c.finals().empty());
+    }
+    ASSERT_TRUE(session->PushAudio(absl::MakeConstSpan(bytes).subspan(window0_bytes)).ok());
+    ASSERT_TRUE(session->Finish().ok());
+    ASSERT_TRUE(c.WaitDone().ok());
+    finals[interim] = c.finals();
+    if (interim) {
+      // The next windows carry the same speech in their chunks: committed tokens, 0.9 when no
+      // look-ahead token is added to them.
+      for (const SessionResult& r : c.interims()) {
+        EXPECT_TRUE(r.stability == 0.5f || r.stability == 0.9f) << r.stability;
+      }
+    }
+  }
+  ASSERT_EQ(finals[0].size(), 1u);
+  ASSERT_FALSE(finals[0][0].words.empty());
+  EXPECT_NEAR(finals[0][0].words.front().start_ms, 1000, 60);
+  ExpectSameFinals(finals[1], finals[0]);
 }
 
 }  // namespace
