@@ -51,13 +51,16 @@ absl::StatusOr<Device> ParseDevice(const std::string& name);
 
 struct BackendOptions {
   Device device = Device::kAuto;
-  int cpu_threads = 1;               // BLAS threads for this replica's GEMMs
-  bool keep_log_probs = false;       // fill BackendOutput::log_probs
-  bool keep_block_outputs = false;   // fill BackendOutput::block_outputs (tests only)
+  // CPU: intra-op threads per replica (each sub-block's frames split among them; the calling
+  // thread is one, cpu_threads - 1 more are started with the backend). Results are
+  // bit-identical for any value. Ignored by CUDA. [1, 256]
+  int cpu_threads = 1;
+  bool keep_log_probs = false;      // fill BackendOutput::log_probs
+  bool keep_block_outputs = false;  // fill BackendOutput::block_outputs (tests only)
   // Workspaces are sized for these at creation, so Run() within them never allocates.
   // Larger batches still run (workspaces grow once, with a log line).
   int max_batch = 8;
-  int max_feature_frames = 1600;     // 16 s at 10 ms per frame
+  int max_feature_frames = 1600;  // 16 s at 10 ms per frame
   int cuda_device = 0;
 
   absl::Status Validate() const;

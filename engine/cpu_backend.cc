@@ -6,10 +6,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/cpu_thread_pool.h"
 #include "engine/execution_plan.h"
 #include "kernels/sub_block.h"
-
-extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace jasper {
 namespace {
@@ -23,7 +22,8 @@ class CpuBackend final : public Backend {
       : model_(std::move(model)),
         plan_(std::move(plan)),
         options_(options),
-        use_reference_(use_reference) {
+        use_reference_(use_reference),
+        pool_(options.cpu_threads) {
     // Weights packed once for the micro-kernel (residual 1x1 weights concatenated along K).
     std::size_t workspace = 0;
     for (const PlanStep& step : plan_.steps()) {
@@ -36,7 +36,9 @@ class CpuBackend final : public Backend {
                                               static_cast<int>(residuals.size())));
       workspace = std::max(workspace, kernels::PackedSubBlockWorkspaceFloats(packed_.back()));
     }
-    workspace_.assign(workspace, 0.0f);
+    // One workspace per part (separate allocations: no false sharing between threads).
+    workspaces_.resize(pool_.num_threads());
+    for (Floats& w : workspaces_) w.assign(workspace, 0.0f);
     slots_.resize(plan_.num_slots());
     residual_x_.resize(plan_.max_residuals());
     residual_inputs_.resize(plan_.max_residuals());
@@ -70,9 +72,10 @@ class CpuBackend final : public Backend {
   std::vector<Floats> slots_;
   Floats scratch_[2];  // intermediate sub-block outputs within a block
   Floats logits_;
-  std::vector<float> workspace_;
-  std::vector<int> set_time_;     // [num_length_sets]
-  std::vector<int> set_lengths_;  // [num_length_sets, batch]
+  CpuThreadPool pool_;              // options.cpu_threads parts per sub-block
+  std::vector<Floats> workspaces_;  // [pool_.num_threads()] kernel workspaces
+  std::vector<int> set_time_;       // [num_length_sets]
+  std::vector<int> set_lengths_;    // [num_length_sets, batch]
   std::vector<const float*> residual_x_;
   std::vector<kernels::ResidualInput> residual_inputs_;
   const float* input_data_ = nullptr;  // the current Run's features
@@ -167,9 +170,18 @@ absl::Status CpuBackend::Run(const FeatureBatch& input, BackendOutput* output) {
     if (use_reference_) {
       kernels::SubBlockReference(sub.desc, WeightsOf(sub), x, geometry, residual_inputs_.data(),
                                  num_residuals, y);
-    } else {
+    } else if (pool_.num_threads() == 1) {
       kernels::FusedSubBlockCpuPacked(packed_[i], x, geometry, residual_x_.data(),
-                                      workspace_.data(), y);
+                                      workspaces_[0].data(), y);
+    } else {
+      // Every thread computes its own range of stacked frames (bit-identical to one thread).
+      const kernels::PackedSubBlock& packed = packed_[i];
+      const int parts = pool_.num_threads();
+      auto part_step = [&](int part) {
+        kernels::FusedSubBlockCpuPackedPart(packed, x, geometry, residual_x_.data(), parts, part,
+                                            workspaces_[part].data(), y);
+      };
+      pool_.Run(part_step);
     }
     if (options_.keep_block_outputs && step.ends_block) {
       const std::size_t count =
@@ -211,9 +223,6 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(std::shared_ptr<const 
   if (absl::Status status = options.Validate(); !status.ok()) return status;
   absl::StatusOr<ExecutionPlan> plan = ExecutionPlan::Create(*model);
   if (!plan.ok()) return plan.status();
-  // The packed kernels are single-threaded; OpenBLAS (FusedSubBlockCpu) is not used here, but
-  // keep its thread count consistent for any caller in the same process.
-  openblas_set_num_threads(options.cpu_threads);
   return std::unique_ptr<Backend>(
       new CpuBackend(std::move(model), *std::move(plan), options, use_reference));
 }

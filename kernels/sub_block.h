@@ -161,6 +161,21 @@ void FusedSubBlockCpuPacked(const PackedSubBlock& packed, const float* x,
                             const BatchGeometry& geometry, const float* const* residual_x,
                             float* workspace, float* y);
 
+// One part of FusedSubBlockCpuPacked, for intra-op threading (0 <= part < num_parts, else it
+// does nothing). The batch's valid output frames, stacked in batch order, are cut into
+// num_parts contiguous ranges of near-equal size (whole 6-row micro-kernel blocks; trailing
+// parts may be empty when there are fewer rows than parts); this call computes the frames of its
+// range, in tiles of up to 256 rows, and zero-fills the frames past out_lengths[b] of the
+// utterances with b % num_parts == part. Running every part once writes every element of `y`
+// exactly once and bit-identically to FusedSubBlockCpuPacked (a frame's arithmetic does not
+// depend on the tile that holds it), for any num_parts. Parts may run concurrently on different
+// threads, each with its own `workspace` (PackedSubBlockWorkspaceFloats floats); they write
+// disjoint elements of `y` and only read x, residual_x and `packed`, which must not alias `y`.
+// FusedSubBlockCpuPacked(...) is FusedSubBlockCpuPackedPart(..., 1, 0, ...). No allocation.
+void FusedSubBlockCpuPackedPart(const PackedSubBlock& packed, const float* x,
+                                const BatchGeometry& geometry, const float* const* residual_x,
+                                int num_parts, int part, float* workspace, float* y);
+
 // CTC head on [batch, time, vocab] logits: per frame log-softmax (written to log_probs, may alias
 // logits) and argmax (ids[b*time + t], its log-probability in best_log_probs). Frames at
 // t >= lengths[b] are skipped: their outputs are written as 0 / id -1.

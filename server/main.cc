@@ -37,9 +37,12 @@ ABSL_FLAG(std::string, model_name, "",
           "Name clients use in RecognitionConfig.model (default: model.json's name).");
 ABSL_FLAG(std::string, language_code, kDefaults.language_code, "BCP-47 language of the model.");
 ABSL_FLAG(std::string, device, kDefaults.device, "auto, cpu or cuda.");
-ABSL_FLAG(int, num_workers, kDefaults.num_workers, "Backend replicas (scheduler worker threads).");
+ABSL_FLAG(int, num_workers, kDefaults.num_workers,
+          "Backend replicas (scheduler worker threads); 0: one per core on the CPU backend (at "
+          "most 64), 1 on CUDA. [0, 64]");
 ABSL_FLAG(int, cpu_threads, kDefaults.cpu_threads,
-          "BLAS threads per CPU replica (0: cores / num_workers).");
+          "Intra-op threads per CPU replica (each sub-block split among them; ignored by CUDA). "
+          "[1, 256]");
 ABSL_FLAG(bool, warmup, kDefaults.warmup, "Run a forward pass before serving.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
 

@@ -1,5 +1,7 @@
 #include "server/server_options.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -26,8 +28,8 @@ absl::Status ServerOptions::Validate() const {
         absl::StrCat("device = '", device, "' is not one of auto, cpu, cuda"));
   }
   absl::Status s;
-  if (!(s = CheckRange("num_workers", num_workers, 1, 64)).ok()) return s;
-  if (!(s = CheckRange("cpu_threads", cpu_threads, 0, 256)).ok()) return s;
+  if (!(s = CheckRange("num_workers", num_workers, 0, 64)).ok()) return s;
+  if (!(s = CheckRange("cpu_threads", cpu_threads, 1, 256)).ok()) return s;
   if (!(s = CheckRange("max_concurrent_streams", max_concurrent_streams, 1, 100000)).ok()) {
     return s;
   }
@@ -55,6 +57,12 @@ absl::Status ServerOptions::Validate() const {
   if (!(s = CheckRange("tls_reload_interval_s", tls_reload_interval_s, 1, 86400)).ok()) return s;
   if (!(s = scheduler.Validate()).ok()) return s;
   return streaming.Validate();
+}
+
+int ServerOptions::ResolvedNumWorkers(bool cpu_backend, unsigned cores) const {
+  if (num_workers > 0) return num_workers;
+  if (!cpu_backend) return 1;
+  return static_cast<int>(std::clamp<unsigned>(cores, 1, 64));
 }
 
 std::string ServerOptions::ToString() const {

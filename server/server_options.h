@@ -30,10 +30,16 @@ struct ServerOptions {
 
   // "auto" (CUDA when built and present, else CPU), "cpu" or "cuda".
   std::string device = "auto";
-  // Backend replicas = scheduler worker threads. [1, 64]
-  int num_workers = 1;
-  // BLAS threads per CPU replica; 0: the machine's cores divided by num_workers. [0, 256]
-  int cpu_threads = 0;
+  // Backend replicas = scheduler worker threads. 0 (default): automatic, one per core
+  // (std::thread::hardware_concurrency(), clamped to [1, 64]) on the CPU backend, 1 on CUDA.
+  // In a container set it: the count is the node's (or cpuset's) cores, not the CPU limit.
+  // [0, 64]
+  int num_workers = 0;
+  // Intra-op threads per CPU replica (BackendOptions::cpu_threads): each sub-block's frames are
+  // split among them. Default 1: with one replica per core, parallelism comes from replicas;
+  // more threads lower one batch's latency. num_workers x cpu_threads should not exceed the
+  // cores. Ignored by CUDA. [1, 256]
+  int cpu_threads = 1;
 
   // Streaming and offline calls open at once (both APIs together). Beyond it a new call gets
   // RESOURCE_EXHAUSTED at its start. [1, 100000]
@@ -85,6 +91,9 @@ struct ServerOptions {
 
   // INVALID_ARGUMENT naming the field.
   absl::Status Validate() const;
+  // num_workers with 0 resolved for the device the backend runs on: `cores` (clamped to
+  // [1, 64]) when `cpu_backend`, else 1. `cores` is normally std::thread::hardware_concurrency().
+  int ResolvedNumWorkers(bool cpu_backend, unsigned cores) const;
   // One line per field, for the startup log.
   std::string ToString() const;
 };

@@ -78,16 +78,21 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const Serve
 
   BackendOptions backend_options;
   backend_options.device = *device;
-  const int cores = std::max(1u, std::thread::hardware_concurrency());
-  backend_options.cpu_threads =
-      options.cpu_threads > 0 ? options.cpu_threads : std::max(1, cores / options.num_workers);
+  backend_options.cpu_threads = options.cpu_threads;
   backend_options.max_batch = options.scheduler.max_batch_size;
   std::vector<std::unique_ptr<Backend>> replicas;
-  for (int i = 0; i < options.num_workers; ++i) {
+  // The first replica tells which device "auto" chose; num_workers = 0 then means one replica
+  // per core on the CPU backend, one on CUDA.
+  int num_workers = std::max(1, options.num_workers);
+  for (int i = 0; i < num_workers; ++i) {
     absl::StatusOr<std::unique_ptr<Backend>> backend =
         CreateBackend(engine->model_, backend_options);
     if (!backend.ok()) return backend.status();
-    if (i == 0) engine->device_name_ = (*backend)->name();
+    if (i == 0) {
+      engine->device_name_ = (*backend)->name();
+      num_workers = options.ResolvedNumWorkers(absl::StartsWith(engine->device_name_, "cpu"),
+                                               std::thread::hardware_concurrency());
+    }
     replicas.push_back(*std::move(backend));
   }
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
@@ -95,7 +100,7 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const Serve
   if (!scheduler.ok()) return scheduler.status();
   engine->scheduler_ = *std::move(scheduler);
   engine->metrics_ = std::make_unique<ServerMetrics>(
-      engine->model_->config().featurizer.window_stride_s, options.num_workers);
+      engine->model_->config().featurizer.window_stride_s, num_workers);
   engine->scheduler_->SetObserver(engine->metrics_.get());
   {
     ServingEngine* e = engine.get();
@@ -139,10 +144,13 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const Serve
       engine->CreateSession(probe, /*streaming=*/true, std::move(callbacks));
   if (!session.ok()) return session.status();
   (*session)->Cancel();
-  spdlog::info("model '{}' from {} ({} labels, {} Hz) on device {} x{} ({} BLAS threads each)",
+  spdlog::info("model '{}' from {} ({} labels, {} Hz) on device {}: {} worker(s){}{}",
                engine->model_name_, options.model_dir, engine->model_->config().labels.size(),
-               engine->model_sample_rate_hz(), engine->device_name_, options.num_workers,
-               backend_options.cpu_threads);
+               engine->model_sample_rate_hz(), engine->device_name_, num_workers,
+               options.num_workers == 0 ? " (auto)" : "",
+               absl::StartsWith(engine->device_name_, "cpu")
+                   ? absl::StrCat(", ", backend_options.cpu_threads, " intra-op thread(s) each")
+                   : std::string());
   return engine;
 }
 

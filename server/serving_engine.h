@@ -69,7 +69,7 @@ class CallTicket {
 
 class ServingEngine {
  public:
-  // Loads the model, creates options.num_workers backends on options.device and the
+  // Loads the model, creates the resolved number of workers (ResolvedNumWorkers) backends on options.device and the
   // scheduler. Errors: invalid options, model load errors, device errors.
   static absl::StatusOr<std::unique_ptr<ServingEngine>> Create(const ServerOptions& options);
   // Stops the scheduler (runs what is queued) and the timers.

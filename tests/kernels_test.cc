@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <ostream>
 #include <random>
@@ -247,6 +248,28 @@ void RunCase(const Case& c) {
     std::vector<float> y_fast(y_size, kNaN);
     FusedSubBlockCpuPacked(packed, x.data(), g, res_ptrs.data(), workspace.data(), y_fast.data());
     check("FusedSubBlockCpuPacked", y_fast);
+    // Split into parts (intra-op threads; here run one after another, each with its own
+    // poisoned workspace, and in reverse order so no part relies on another having run): the
+    // same bits as one part, every element written. 5 parts outnumber the rows of small cases.
+    for (int parts : {2, 3, 5}) {
+      SCOPED_TRACE(testing::Message() << parts << " parts");
+      std::vector<float> y_parts(y_size, kNaN);
+      for (int part = parts - 1; part >= 0; --part) {
+        std::vector<float> part_workspace(PackedSubBlockWorkspaceFloats(packed), kNaN);
+        FusedSubBlockCpuPackedPart(packed, x.data(), g, res_ptrs.data(), parts, part,
+                                   part_workspace.data(), y_parts.data());
+      }
+      check("FusedSubBlockCpuPackedPart", y_parts);
+      EXPECT_EQ(0, std::memcmp(y_parts.data(), y_fast.data(), sizeof(float) * y_size))
+          << "parts differ from the single-part result";
+    }
+    // Out-of-range parts write nothing.
+    std::vector<float> untouched(y_size, kNaN);
+    FusedSubBlockCpuPackedPart(packed, x.data(), g, res_ptrs.data(), 2, 2, workspace.data(),
+                               untouched.data());
+    FusedSubBlockCpuPackedPart(packed, x.data(), g, res_ptrs.data(), 0, 0, workspace.data(),
+                               untouched.data());
+    for (float v : untouched) ASSERT_TRUE(std::isnan(v));
   }
 }
 

@@ -22,8 +22,10 @@ is shared; CPU time is what the process actually ran), a 2-thread row the median
 Prints one table; ratios are speedups of jasper-serve (peer time / our time, > 1 = ours faster).
 
 Ours = the CPU backend's path: kernels::FusedSubBlockCpuPacked (weights packed at load, own
-AVX2/FMA GEMM micro-kernel, residual 1x1 convs concatenated along K), single-threaded (a
-2-thread row runs the same single-threaded code; ORT and PyTorch use 2 intra-op threads).
+AVX2/FMA GEMM micro-kernel, residual 1x1 convs concatenated along K). An N-thread row runs it
+with N intra-op threads, as ORT and PyTorch do: BackendOptions::cpu_threads = N for the model
+rows, and the same split (kernels::FusedSubBlockCpuPackedPart on a CpuThreadPool of N) for the
+sub-block rows.
 
 Usage: tools/bench_peers.py [--quick] [--repeats N] [--bench PATH] [--threads 1,2]
                             [--json-out FILE]

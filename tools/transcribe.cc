@@ -21,7 +21,9 @@
 
 ABSL_FLAG(std::string, model_dir, "", "Model folder (model.json + model.safetensors).");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda.");
-ABSL_FLAG(int, threads, 1, "CPU threads for the backend's GEMMs.");
+ABSL_FLAG(int, threads, 1,
+          "Intra-op threads of the CPU backend replica (each sub-block split among them; results "
+          "are identical for any value). [1, 256]");
 ABSL_FLAG(bool, words, false, "Print word start/end times (ms) and confidences.");
 ABSL_FLAG(bool, json, false, "Print one JSON object per file instead of text.");
 ABSL_FLAG(int, repeat, 1, "Run each file this many times (timing); prints the last.");
@@ -112,8 +114,7 @@ int Run(const std::vector<char*>& files) {
       if (!result.ok()) break;
     }
     if (!result.ok()) {
-      std::fprintf(stderr, "error: %s: %s\n", path,
-                   std::string(result.status().message()).c_str());
+      std::fprintf(stderr, "error: %s: %s\n", path, std::string(result.status().message()).c_str());
       ++failures;
       continue;
     }
@@ -131,8 +132,8 @@ int Run(const std::vector<char*>& files) {
       std::printf(
           R"({"file":"%s","transcript":"%s","confidence":%.4f,"audio_s":%.3f,"compute_ms":%.2f,"realtime_factor":%.1f,"words":[%s]})"
           "\n",
-          JsonEscape(path), JsonEscape(t.text), t.confidence, t.audio_seconds, compute_ms, rtf,
-          words);
+          JsonEscape(path).c_str(), JsonEscape(t.text).c_str(), t.confidence, t.audio_seconds,
+          compute_ms, rtf, words.c_str());
     } else {
       std::printf("%s\t%s\n", path, t.text.c_str());
       if (absl::GetFlag(FLAGS_words)) {

@@ -358,9 +358,10 @@ std::size_t PackedSubBlockWorkspaceFloats(const PackedSubBlock& packed) {
   return static_cast<std::size_t>(LayoutFor(packed).total);
 }
 
-void FusedSubBlockCpuPacked(const PackedSubBlock& p, const float* x, const BatchGeometry& geometry,
-                            const float* const* residual_x, float* workspace, float* y) {
-  if (!p.valid) return;
+void FusedSubBlockCpuPackedPart(const PackedSubBlock& p, const float* x,
+                                const BatchGeometry& geometry, const float* const* residual_x,
+                                int num_parts, int part, float* workspace, float* y) {
+  if (!p.valid || num_parts < 1 || part < 0 || part >= num_parts) return;
   const SubBlockDesc& desc = p.desc;
   const int c_in = desc.in_channels;
   const int c_out = desc.out_channels;
@@ -412,18 +413,37 @@ void FusedSubBlockCpuPacked(const PackedSubBlock& p, const float* x, const Batch
     std::memset(zero_row, 0, sizeof(float) * c_in);
   }
 
-  int tile_rows = 0;  // rows gathered in the current (stacked) tile
+  // Frames past each length: zero-filled by the part that owns the utterance (b % num_parts).
+  Index total_rows = 0;  // valid output frames of the batch, stacked in batch order
   for (int b = 0; b < geometry.batch; ++b) {
-    const int in_len = ClampedLength(geometry.in_lengths, b, in_time);
     const int out_len = ClampedLength(geometry.out_lengths, b, out_time);
-    const float* xb = x + static_cast<Index>(b) * in_time * c_in;
-    float* yb = y + static_cast<Index>(b) * out_time * c_out;
-    if (out_len < out_time) {
+    total_rows += out_len;
+    if (b % num_parts == part && out_len < out_time) {
+      float* yb = y + static_cast<Index>(b) * out_time * c_out;
       std::memset(yb + static_cast<Index>(out_len) * c_out, 0,
                   sizeof(float) * c_out * static_cast<std::size_t>(out_time - out_len));
     }
-    for (int t0 = 0; t0 < out_len;) {
-      const int frames = std::min(out_len - t0, kTileRows - tile_rows);
+  }
+  // This part's contiguous range of stacked rows, in whole micro-kernel row blocks. Each row's
+  // arithmetic (depthwise taps, GEMM K order, epilogue) does not depend on which tile holds it,
+  // so any split gives the same bits.
+  Index chunk = (total_rows + num_parts - 1) / num_parts;
+  chunk = (chunk + kMr - 1) / kMr * kMr;
+  const Index row_begin = std::min(total_rows, chunk * part);
+  const Index row_end = std::min(total_rows, row_begin + chunk);
+  if (row_begin >= row_end) return;
+
+  int tile_rows = 0;  // rows gathered in the current (stacked) tile
+  Index stacked = 0;  // stacked rows of the utterances before b
+  for (int b = 0; b < geometry.batch && stacked < row_end; ++b) {
+    const int in_len = ClampedLength(geometry.in_lengths, b, in_time);
+    const int out_len = ClampedLength(geometry.out_lengths, b, out_time);
+    const float* xb = x + static_cast<Index>(b) * in_time * c_in;
+    const int t_begin = static_cast<int>(std::clamp<Index>(row_begin - stacked, 0, out_len));
+    const int t_end = static_cast<int>(std::clamp<Index>(row_end - stacked, 0, out_len));
+    stacked += out_len;
+    for (int t0 = t_begin; t0 < t_end;) {
+      const int frames = std::min(t_end - t0, kTileRows - tile_rows);
       // First input row read by frame t0 (its tap 0).
       const Index first = static_cast<Index>(t0) * stride - desc.padding;
       if (separable) {
@@ -464,6 +484,11 @@ void FusedSubBlockCpuPacked(const PackedSubBlock& p, const float* x, const Batch
     }
   }
   if (tile_rows > 0) gemm(p, segments, num_segments, tile_rows, c_rows);
+}
+
+void FusedSubBlockCpuPacked(const PackedSubBlock& p, const float* x, const BatchGeometry& geometry,
+                            const float* const* residual_x, float* workspace, float* y) {
+  FusedSubBlockCpuPackedPart(p, x, geometry, residual_x, /*num_parts=*/1, /*part=*/0, workspace, y);
 }
 
 }  // namespace jasper::kernels

@@ -4,15 +4,16 @@
 //   peak      one-thread FMA peak of this CPU (AVX2+FMA, 12 independent accumulators), the
 //             yardstick for "% of FP32 peak".
 //   subblock  one separable sub-block (depthwise K taps + pointwise CxC + bias + ReLU) at batch 1:
-//             the packed fused kernel (kernels::FusedSubBlockCpuPacked, what the backend runs)
+//             the packed fused kernel (kernels::FusedSubBlockCpuPacked, what the backend runs;
+//             with --threads N > 1 split into N parts on a CpuThreadPool, as the backend does)
 //             vs the OpenBLAS fused kernel (FusedSubBlockCpu) and the plain reference, plus
 //             stage timings: the packed kernel with C_out = 1 minus its 1x1 C->1 path (staging +
 //             depthwise), the bare OpenBLAS pointwise SGEMM, and the packed dense 1x1 path.
 //   model     QuartzNet 15x5 (encoder + decoder + log-softmax/argmax; random weights from
 //             tests/random_model.h) through the CPU backend: a 10 s utterance and 3.2 s
 //             streaming windows at batch 1 and 8; --threads sets BackendOptions::cpu_threads
-//             (the packed kernels are single-threaded: a 2-thread row measures the same
-//             single-threaded code on a busier clock); RTFx = audio seconds per compute second.
+//             (intra-op threads: each sub-block's stacked frames split among a pool of that
+//             many threads); RTFx = audio seconds per compute second.
 //   profile   every encoder sub-block of the same model timed on its own (1 thread, 10 s
 //             utterance), summed per block group, with the depthwise-stage proxy alongside.
 //
@@ -50,6 +51,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/backend.h"
 #include "engine/cpu_backend.h"
+#include "engine/cpu_thread_pool.h"
 #include "engine/model.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
@@ -63,7 +65,10 @@ ABSL_FLAG(bool, quick, false, "Fewer samples and shorter samples (about 3x faste
 ABSL_FLAG(std::string, json, "", "Also write the results as JSON to this file.");
 ABSL_FLAG(std::string, sections, "peak,subblock,model,profile",
           "Comma-separated sections to run: peak, subblock, model, profile.");
-ABSL_FLAG(std::string, threads, "1,2", "Comma-separated OpenBLAS thread counts to measure.");
+ABSL_FLAG(std::string, threads, "1,2",
+          "Comma-separated thread counts to measure: intra-op threads of the packed kernel and "
+          "the CPU backend (BackendOptions::cpu_threads), and OpenBLAS threads of the 'blas' "
+          "comparison.");
 ABSL_FLAG(std::string, case_name, "",
           "Run only this case: a sub-block name (sep_c256_k33_t100) or a model case with its "
           "batch (offline_10s_b1, stream_3.2s_b8). Used by tools/bench_peers.py to interleave.");
@@ -258,9 +263,23 @@ class FusedRunner {
     packed_workspace_.assign(kernels::PackedSubBlockWorkspaceFloats(packed_), 0.0f);
     for (const auto& r : residuals_) residual_x_.push_back(r.x);
   }
+  // Fused() runs on `threads` intra-op threads, as the CPU backend does with cpu_threads.
+  void SetThreads(int threads) {
+    pool_ = std::make_unique<CpuThreadPool>(threads);
+    part_workspaces_.assign(threads, kernels::AlignedFloats(packed_workspace_.size(), 0.0f));
+  }
   void Fused() {
-    kernels::FusedSubBlockCpuPacked(packed_, x_, geometry_, residual_x_.data(),
-                                    packed_workspace_.data(), y_.data());
+    if (pool_ == nullptr || pool_->num_threads() == 1) {
+      kernels::FusedSubBlockCpuPacked(packed_, x_, geometry_, residual_x_.data(),
+                                      packed_workspace_.data(), y_.data());
+      return;
+    }
+    const int parts = pool_->num_threads();
+    auto part_step = [&](int part) {
+      kernels::FusedSubBlockCpuPackedPart(packed_, x_, geometry_, residual_x_.data(), parts, part,
+                                          part_workspaces_[part].data(), y_.data());
+    };
+    pool_->Run(part_step);
   }
   void Blas() {
     kernels::FusedSubBlockCpu(desc_, weights_, x_, geometry_, residuals_.data(),
@@ -282,6 +301,8 @@ class FusedRunner {
   int out_time_ = 0;
   std::vector<int> in_lengths_, out_lengths_;
   kernels::BatchGeometry geometry_{};
+  std::unique_ptr<CpuThreadPool> pool_;
+  std::vector<kernels::AlignedFloats> part_workspaces_;
   std::vector<float> workspace_;
   kernels::PackedSubBlock packed_;
   std::vector<float> packed_workspace_;
@@ -317,6 +338,7 @@ Json RunSubBlockCase(const SubBlockCase& c, int threads, const TimingPlan& plan,
   // Full fused sub-block and its reference.
   const kernels::SubBlockDesc desc = SeparableDesc(ch, ch, c.kernel, 1, 1);
   FusedRunner full(desc, {dw.data(), pw.data(), bias.data()}, x.data(), 1, c.frames);
+  full.SetThreads(threads);
   const Timing fused = Measure([&] { full.Fused(); }, plan);
   // The same sub-block through the OpenBLAS fused kernel (FusedSubBlockCpu, unpacked weights).
   const Timing blas = Measure([&] { full.Blas(); }, plan);

@@ -1,0 +1,195 @@
+// Intra-op threads of the CPU backend (BackendOptions::cpu_threads, engine/cpu_thread_pool.h):
+// every thread count gives the same bits as one thread, and the pool and the backends are safe
+// to drive from several threads (this suite is meant to run under TSan as well: concurrent Runs
+// on separate replicas, and one 3-thread replica run many times).
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/backend.h"
+#include "engine/cpu_backend.h"
+#include "engine/cpu_thread_pool.h"
+#include "engine/model.h"
+#include "engine/safetensors.h"
+#include "tests/model_test_util.h"
+
+namespace jasper {
+namespace {
+
+std::shared_ptr<const Model> Build(const ModelConfig& config, unsigned seed) {
+  auto model = Model::FromParts(config, SerializeSafetensors(test_util::MakeTensors(config, seed)));
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *model : nullptr;
+}
+
+std::unique_ptr<Backend> MakeCpu(const std::shared_ptr<const Model>& model, int threads,
+                                 bool reference = false) {
+  BackendOptions options;
+  options.device = Device::kCpu;
+  options.cpu_threads = threads;
+  options.keep_log_probs = true;
+  options.keep_block_outputs = true;
+  options.max_batch = 4;
+  options.max_feature_frames = 700;
+  auto backend = CreateCpuBackend(model, options, reference);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  return backend.ok() ? *std::move(backend) : nullptr;
+}
+
+// A padded batch: lengths chosen so that encoder frames span several 256-row tiles, one
+// utterance is empty-ish and the others end off the micro-kernel's 6-row blocks.
+struct Batch {
+  std::vector<float> x;
+  std::vector<int> lengths;
+  int time = 0;
+  FeatureBatch view(int features) const {
+    return {x.data(), static_cast<int>(lengths.size()), time, features, lengths.data()};
+  }
+};
+
+Batch MakeBatch(int features, std::vector<int> lengths, int time, unsigned seed) {
+  std::mt19937 rng(seed);
+  Batch b;
+  b.time = time;
+  b.lengths = std::move(lengths);
+  b.x = test_util::Random(rng, b.lengths.size() * static_cast<std::size_t>(time) * features, -1, 1);
+  return b;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0;
+}
+
+void ExpectSameOutput(const BackendOutput& got, const BackendOutput& want) {
+  EXPECT_EQ(got.lengths, want.lengths);
+  EXPECT_EQ(got.ids, want.ids);
+  EXPECT_TRUE(SameBits(got.best_log_probs, want.best_log_probs));
+  EXPECT_TRUE(SameBits(got.log_probs, want.log_probs));
+  ASSERT_EQ(got.block_outputs.size(), want.block_outputs.size());
+  for (std::size_t i = 0; i < got.block_outputs.size(); ++i) {
+    EXPECT_TRUE(SameBits(got.block_outputs[i], want.block_outputs[i])) << "block " << i;
+  }
+}
+
+TEST(CpuThreadPoolTest, RunsEveryPartOncePerStep) {
+  for (int threads : {1, 2, 3, 5}) {
+    CpuThreadPool pool(threads);
+    ASSERT_EQ(pool.num_threads(), threads);
+    std::vector<int> counts(threads, 0);  // each part writes only its own entry
+    for (int step = 0; step < 500; ++step) {
+      auto fn = [&](int part) { ++counts[part]; };
+      pool.Run(fn);
+      // Run() is a barrier: every part's write is visible here.
+      for (int part = 0; part < threads; ++part) ASSERT_EQ(counts[part], step + 1);
+    }
+  }
+  CpuThreadPool clamped(0);
+  EXPECT_EQ(clamped.num_threads(), 1);
+}
+
+// Bit-identical across thread counts (1, 2, 3, 5: more threads than tiles for the short items),
+// on both model families, and within tolerance of the reference kernels.
+TEST(CpuThreadsTest, AnyThreadCountGivesTheSameBits) {
+  for (const ModelConfig& config :
+       {test_util::SeparableConfig(), test_util::DenseResidualConfig()}) {
+    auto model = Build(config, 11);
+    ASSERT_NE(model, nullptr);
+    const int features = config.feat_in;
+    const Batch batch = MakeBatch(features, {613, 1, 0, 257}, 613, 3);
+    const Batch single = MakeBatch(features, {37}, 37, 4);
+    BackendOutput want, want_single, ref;
+    auto one = MakeCpu(model, 1);
+    ASSERT_NE(one, nullptr);
+    ASSERT_TRUE(one->Run(batch.view(features), &want).ok());
+    ASSERT_TRUE(one->Run(single.view(features), &want_single).ok());
+    auto reference = MakeCpu(model, 1, /*reference=*/true);
+    ASSERT_NE(reference, nullptr);
+    ASSERT_TRUE(reference->Run(batch.view(features), &ref).ok());
+    ASSERT_EQ(want.log_probs.size(), ref.log_probs.size());
+    for (std::size_t i = 0; i < ref.log_probs.size(); ++i) {
+      ASSERT_NEAR(want.log_probs[i], ref.log_probs[i],
+                  1e-3 * std::max(1.0f, std::fabs(ref.log_probs[i])))
+          << "element " << i;
+    }
+    for (int threads : {2, 3, 5}) {
+      SCOPED_TRACE(testing::Message() << threads << " threads");
+      auto backend = MakeCpu(model, threads);
+      ASSERT_NE(backend, nullptr);
+      BackendOutput got;
+      ASSERT_TRUE(backend->Run(batch.view(features), &got).ok());
+      ExpectSameOutput(got, want);
+      ASSERT_TRUE(backend->Run(single.view(features), &got).ok());
+      ExpectSameOutput(got, want_single);
+    }
+  }
+}
+
+// Several replicas, each with its own pool, run concurrently from their own threads (the server's
+// workers), and one 3-thread replica runs many batches in a row: same bits every time.
+TEST(CpuThreadsTest, ConcurrentReplicasAndRepeatedRuns) {
+  auto model = Build(test_util::SeparableConfig(), 12);
+  ASSERT_NE(model, nullptr);
+  const int features = model->config().feat_in;
+  const Batch batch = MakeBatch(features, {300, 129, 7, 300}, 300, 5);
+  BackendOutput want;
+  {
+    auto one = MakeCpu(model, 1);
+    ASSERT_NE(one, nullptr);
+    ASSERT_TRUE(one->Run(batch.view(features), &want).ok());
+  }
+
+  constexpr int kReplicas = 3;
+  constexpr int kRuns = 20;
+  std::vector<std::unique_ptr<Backend>> replicas;
+  for (int r = 0; r < kReplicas; ++r) replicas.push_back(MakeCpu(model, 1 + r));
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> workers;
+  for (int r = 0; r < kReplicas; ++r) {
+    workers.emplace_back([&, r] {
+      BackendOutput got;
+      for (int i = 0; i < kRuns; ++i) {
+        if (!replicas[r]->Run(batch.view(features), &got).ok() || got.ids != want.ids ||
+            !SameBits(got.log_probs, want.log_probs)) {
+          mismatches.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (std::thread& t : workers) t.join();
+  EXPECT_EQ(mismatches.load(), 0);
+
+  auto three = MakeCpu(model, 3);
+  ASSERT_NE(three, nullptr);
+  BackendOutput got;
+  for (int i = 0; i < 100; ++i) {
+    // Alternate shapes so the per-step partition changes between runs.
+    if (i % 2 == 1) {
+      const Batch small = MakeBatch(features, {5 + i}, 5 + i, 100 + i);
+      ASSERT_TRUE(three->Run(small.view(features), &got).ok());
+      continue;
+    }
+    ASSERT_TRUE(three->Run(batch.view(features), &got).ok());
+    ASSERT_EQ(got.ids, want.ids) << "run " << i;
+    ASSERT_TRUE(SameBits(got.log_probs, want.log_probs)) << "run " << i;
+  }
+}
+
+TEST(CpuThreadsTest, RejectsOutOfRangeThreadCounts) {
+  auto model = Build(test_util::SeparableConfig(), 13);
+  ASSERT_NE(model, nullptr);
+  for (int threads : {0, -1, 257}) {
+    BackendOptions options;
+    options.device = Device::kCpu;
+    options.cpu_threads = threads;
+    EXPECT_FALSE(CreateCpuBackend(model, options).ok()) << threads;
+  }
+}
+
+}  // namespace
+}  // namespace jasper
