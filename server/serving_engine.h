@@ -69,8 +69,8 @@ class CallTicket {
 
 class ServingEngine {
  public:
-  // Loads the model, creates the resolved number of workers (ResolvedNumWorkers) backends on options.device and the
-  // scheduler. Errors: invalid options, model load errors, device errors.
+  // Loads the model, creates one backend per worker (ResolvedNumWorkers: --num_workers, 0 = one
+  // per core on the CPU) on options.device, and the scheduler. Errors: invalid options, model load errors, device errors.
   static absl::StatusOr<std::unique_ptr<ServingEngine>> Create(const ServerOptions& options);
   // Stops the scheduler (runs what is queued) and the timers.
   ~ServingEngine();
