@@ -188,6 +188,9 @@ absl::Status AudioInput::DecodeData(absl::Span<const uint8_t> bytes,
     absl::StatusOr<Audio> audio = DecodeWav(wav_scratch_);
     if (!audio.ok()) return Fail(audio.status());
     scratch_ = std::move(audio->samples);
+    // Float WAV samples pass through DecodeWav unscaled and may be huge (the resampler then
+    // overflows to inf); the contract here is [-1, 1].
+    for (float& v : scratch_) v = std::clamp(v, -1.0f, 1.0f);
   } else {
     switch (format_.encoding) {
       case AudioEncoding::kLinearPcm16:
@@ -228,6 +231,8 @@ absl::Status AudioInput::Push(absl::Span<const uint8_t> bytes, std::vector<float
       break;
   }
   pending_.insert(pending_.end(), bytes.begin(), bytes.end());
+  // Nothing received yet (empty pushes): nothing to sniff. Also keeps memcmp's pointer valid.
+  if (pending_.empty()) return absl::OkStatus();
   if (state_ == State::kSniffing) {
     // Decide between WAV and raw as soon as the first 12 bytes (or a mismatch) are there.
     static constexpr char kRiff[] = "RIFF";

@@ -255,9 +255,10 @@ absl::StatusOr<Audio> DecodeWav(absl::Span<const uint8_t> bytes) {
           const uint64_t u = Le64(p + 8 * i);
           std::memcpy(&v, &u, sizeof(v));
         }
-        if (!std::isfinite(v)) {
+        // A 64-bit sample beyond float's range would become inf (and the conversion is UB).
+        if (!std::isfinite(v) || std::fabs(v) > std::numeric_limits<float>::max()) {
           return absl::InvalidArgumentError(
-              absl::StrCat("WAV: float sample ", i, " is not finite"));
+              absl::StrCat("WAV: float sample ", i, " is not finite (as a 32-bit float)"));
         }
         out[i] = static_cast<float>(v);
       }

@@ -189,6 +189,10 @@ void StreamCallCore::HandleWriteDone(bool ok) {
   if (!ok) {
     write_failed_ = true;
     FailLocked(absl::CancelledError("the client stopped receiving results"));
+    // FailLocked does nothing when the call already failed (e.g. OnCancel came first and the
+    // session's on_done already arrived while this write was in flight): finish it here, or
+    // the call never ends and server Shutdown() waits for it forever.
+    MaybeFinishLocked();
     return;
   }
   WriteNextLocked();

@@ -1,8 +1,101 @@
 #!/usr/bin/env bash
 # The test command: installs what is needed, builds everything (CUDA too when nvcc is present)
 # and runs the whole suite with CTest. Used by the README and by .ci/run.
+#
+# Then the reliability stages (issue 8; docs/RELIABILITY.md), skipped with JASPER_CI_EXTRA=0:
+#   fuzz   clang/libFuzzer build in build-fuzz, each fuzz target run for FUZZ_SECONDS (25) on
+#          its committed corpus (a crash fails the run; reproducers land in build-fuzz/artifacts)
+#   asan   ASan+UBSan build in build-asan, the whole CTest suite
+#   tsan   TSan build in build-tsan: scheduler, stream-session, CPU thread pool and server tests
+# Sanitizer builds skip CUDA and build only what their tests need. Each stage's time is printed
+# at the end. JOBS (default: nproc) bounds build parallelism.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/install_deps.sh
-BUILD_DIR=${BUILD_DIR:-build} tools/build.sh
-ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" --timeout 900
+# ccache hits across clones in other folders (CI's clean clone, a developer's tree).
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+JOBS=${JOBS:-$(nproc)}
+export JOBS
+
+TIMES=()
+stage() {  # stage NAME COMMAND...: runs it, records its wall time
+  local name=$1 start=$SECONDS
+  shift
+  echo "=== stage $name ===" >&2
+  "$@"
+  TIMES+=("$name $((SECONDS - start))s")
+  echo "=== stage $name done in $((SECONDS - start)) s ===" >&2
+}
+report() {
+  echo "=== stage times: ${TIMES[*]:-none} ===" >&2
+}
+trap report EXIT
+
+main_build() { BUILD_DIR=${BUILD_DIR:-build} tools/build.sh; }
+main_test() {
+  ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" --timeout 900
+}
+
+FUZZ_TARGETS=(fuzz_wav fuzz_audio_input fuzz_resample fuzz_model_config fuzz_safetensors
+              fuzz_stream_session)
+
+fuzz_stage() {
+  CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DJASPER_CUDA=OFF -DJASPER_FUZZ=ON -DJASPER_BUILD_TESTS=OFF \
+    -DJASPER_SANITIZE="address;undefined" \
+    -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link >/dev/null
+  cmake --build build-fuzz -j "$JOBS" --target fuzzers
+  mkdir -p build-fuzz/artifacts
+  for t in "${FUZZ_TARGETS[@]}"; do
+    # New inputs go to the first (scratch) folder; the committed seeds are read-only here.
+    mkdir -p "build-fuzz/corpus/$t"
+    echo "--- $t: ${FUZZ_SECONDS:-25} s ---" >&2
+    local log="build-fuzz/artifacts/$t.log" rc=0
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      "build-fuzz/fuzz/$t" -max_total_time="${FUZZ_SECONDS:-25}" -timeout=30 \
+      -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="build-fuzz/artifacts/$t-" \
+      "build-fuzz/corpus/$t" "fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
+    grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|==[0-9]+==ERROR|SUMMARY)" "$log" >&2 || true
+    if [ "$rc" -ne 0 ]; then
+      tail -60 "$log" >&2
+      echo "fuzz target $t failed (exit $rc; reproducer in build-fuzz/artifacts)" >&2
+      return 1
+    fi
+  done
+}
+
+asan_stage() {
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DJASPER_CUDA=OFF \
+    -DJASPER_SANITIZE="address;undefined" >/dev/null
+  cmake --build build-asan -j "$JOBS"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$(nproc)" --timeout 1800
+}
+
+TSAN_TESTS=(scheduler_test stream_session_test cpu_threads_test server_test)
+tsan_stage() {
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DJASPER_CUDA=OFF \
+    -DJASPER_SANITIZE=thread >/dev/null
+  cmake --build build-tsan -j "$JOBS" --target "${TSAN_TESTS[@]}"
+  # One process per suite; any TSan report makes the process exit non-zero (exitcode=66).
+  # server_test needs the suppressions for Debian's uninstrumented gRPC/protobuf (tests/).
+  local t supp
+  for t in "${TSAN_TESTS[@]}"; do
+    supp=""
+    [ "$t" = server_test ] && supp="suppressions=$PWD/tests/server_test.tsan.supp"
+    echo "--- $t under TSan ---" >&2
+    TSAN_OPTIONS="second_deadlock_stack=1 $supp ${TSAN_OPTIONS:-}" \
+      "build-tsan/tests/$t" --gtest_brief=1
+  done
+}
+
+stage deps tools/install_deps.sh
+stage build main_build
+stage test main_test
+if [ "${JASPER_CI_EXTRA:-1}" = 0 ]; then
+  echo "JASPER_CI_EXTRA=0: skipping the fuzz, ASan/UBSan and TSan stages" >&2
+  exit 0
+fi
+stage fuzz fuzz_stage
+stage asan asan_stage
+stage tsan tsan_stage
