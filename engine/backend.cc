@@ -35,6 +35,48 @@ absl::Status BackendOptions::Validate() const {
   return absl::OkStatus();
 }
 
+absl::Status ValidateFeatureBatch(const FeatureBatch& input, const ModelConfig& config,
+                                  const BackendOutput* output) {
+  if (input.data == nullptr || input.lengths == nullptr || output == nullptr) {
+    return absl::InvalidArgumentError("Run: null input, lengths or output");
+  }
+  if (input.batch < 1 || input.time < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Run: empty batch (batch=", input.batch, ", time=", input.time, ")"));
+  }
+  if (input.features != config.feat_in) {
+    return absl::InvalidArgumentError(absl::StrCat("Run: model expects ", config.feat_in,
+                                                   " features per frame, got ", input.features));
+  }
+  for (int b = 0; b < input.batch; ++b) {
+    if (input.lengths[b] < 0 || input.lengths[b] > input.time) {
+      return absl::InvalidArgumentError(absl::StrCat("Run: length ", input.lengths[b], " of item ",
+                                                     b, " outside [0, ", input.time, "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ResetBlockOutputs(int num_blocks, BackendOutput* output) {
+  output->block_outputs.assign(num_blocks, {});
+  output->block_time.assign(num_blocks, 0);
+}
+
+void SetOutputShape(int batch, int time, int vocab, const int* lengths, BackendOutput* output) {
+  output->batch = batch;
+  output->time = time;
+  output->vocab = vocab;
+  output->lengths.assign(lengths, lengths + batch);
+}
+
+void SetLogProbs(const float* log_probs, std::size_t count, BackendOutput* output) {
+  if (log_probs != nullptr) {
+    output->log_probs.assign(log_probs, log_probs + count);
+  } else {
+    output->log_probs.clear();
+  }
+}
+
 #ifdef JASPER_HAVE_CUDA
 bool CudaAvailable() { return kernels::cuda::CudaDeviceCount() > 0; }
 #else

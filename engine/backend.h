@@ -8,6 +8,7 @@
 #ifndef JASPER_ENGINE_BACKEND_H_
 #define JASPER_ENGINE_BACKEND_H_
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +76,24 @@ class Backend {
   // "cpu" or "cuda:N".
   virtual std::string name() const = 0;
 };
+
+// The input checks every Backend::Run makes before touching a kernel: non-null data, lengths
+// and output; batch and time >= 1; `input.features` == config.feat_in; every length in
+// [0, time]. INVALID_ARGUMENT naming the first violation, else OK. Thread-safe (pure).
+absl::Status ValidateFeatureBatch(const FeatureBatch& input, const ModelConfig& config,
+                                  const BackendOutput* output);
+
+// Clears `output`'s per-block outputs and sizes them to `num_blocks` empty entries, ready for
+// a keep_block_outputs run to fill. Thread-compatible.
+void ResetBlockOutputs(int num_blocks, BackendOutput* output);
+
+// Sets `output`'s shape: batch, time and vocab, and lengths copied from `lengths` ([batch]).
+// Thread-compatible.
+void SetOutputShape(int batch, int time, int vocab, const int* lengths, BackendOutput* output);
+
+// Copies `count` floats of `log_probs` into output->log_probs, or clears them when `log_probs`
+// is null (keep_log_probs off). Thread-compatible.
+void SetLogProbs(const float* log_probs, std::size_t count, BackendOutput* output);
 
 // Creates a backend for `options.device`. kAuto picks CUDA when this build has it and a GPU is
 // present, else the CPU (logging the choice). kCuda on a CPU-only build or a machine without a

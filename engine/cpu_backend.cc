@@ -114,23 +114,8 @@ float* CpuBackend::Buffer(const PlanBuffer& buffer) {
 }
 
 absl::Status CpuBackend::Run(const FeatureBatch& input, BackendOutput* output) {
-  const ModelConfig& config = model_->config();
-  if (input.data == nullptr || input.lengths == nullptr || output == nullptr) {
-    return absl::InvalidArgumentError("Run: null input, lengths or output");
-  }
-  if (input.batch < 1 || input.time < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Run: empty batch (batch=", input.batch, ", time=", input.time, ")"));
-  }
-  if (input.features != config.feat_in) {
-    return absl::InvalidArgumentError(absl::StrCat("Run: model expects ", config.feat_in,
-                                                   " features per frame, got ", input.features));
-  }
-  for (int b = 0; b < input.batch; ++b) {
-    if (input.lengths[b] < 0 || input.lengths[b] > input.time) {
-      return absl::InvalidArgumentError(absl::StrCat("Run: length ", input.lengths[b], " of item ",
-                                                     b, " outside [0, ", input.time, "]"));
-    }
+  if (absl::Status s = ValidateFeatureBatch(input, model_->config(), output); !s.ok()) {
+    return s;
   }
   const int batch = input.batch;
   Reserve(batch, input.time);
@@ -144,10 +129,8 @@ absl::Status CpuBackend::Run(const FeatureBatch& input, BackendOutput* output) {
     return set_lengths_.data() + static_cast<std::size_t>(set) * batch;
   };
 
-  const int num_blocks = static_cast<int>(model_->blocks().size());
   if (options_.keep_block_outputs) {
-    output->block_outputs.assign(num_blocks, {});
-    output->block_time.assign(num_blocks, 0);
+    ResetBlockOutputs(static_cast<int>(model_->blocks().size()), output);
   }
   const std::vector<PlanStep>& steps = plan_.steps();
   for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -197,20 +180,13 @@ absl::Status CpuBackend::Run(const FeatureBatch& input, BackendOutput* output) {
   const int time = set_time_[decoder.out_set];
   const int* lengths = lengths_of(decoder.out_set);
   const int vocab = decoder.sub->desc.out_channels;
-  output->batch = batch;
-  output->time = time;
-  output->vocab = vocab;
-  output->lengths.assign(lengths, lengths + batch);
+  SetOutputShape(batch, time, vocab, lengths, output);
   output->ids.resize(static_cast<std::size_t>(batch) * time);
   output->best_log_probs.resize(static_cast<std::size_t>(batch) * time);
   kernels::LogSoftmaxArgmax(logits_.data(), batch, time, vocab, lengths, logits_.data(),
                             output->ids.data(), output->best_log_probs.data());
-  if (options_.keep_log_probs) {
-    output->log_probs.assign(logits_.begin(),
-                             logits_.begin() + static_cast<std::size_t>(batch) * time * vocab);
-  } else {
-    output->log_probs.clear();
-  }
+  SetLogProbs(options_.keep_log_probs ? logits_.data() : nullptr,
+              static_cast<std::size_t>(batch) * time * vocab, output);
   return absl::OkStatus();
 }
 

@@ -32,25 +32,43 @@ absl::Status KernelStatus(const kc::Result& result, const std::string& what) {
   return absl::InternalError(absl::StrCat("CUDA backend: ", what, ": ", result.message));
 }
 
-// Owning device allocation; grows (never shrinks) on Reserve.
-class DeviceBuffer {
+// cudaMalloc'd device memory.
+struct DeviceMemory {
+  static constexpr const char* kAllocName = "cudaMalloc";
+  static cudaError_t Allocate(void** ptr, std::size_t bytes) { return cudaMalloc(ptr, bytes); }
+  static void Free(void* ptr) { cudaFree(ptr); }
+};
+
+// Page-locked host memory (async copies need it).
+struct PinnedMemory {
+  static constexpr const char* kAllocName = "cudaMallocHost";
+  static cudaError_t Allocate(void** ptr, std::size_t bytes) { return cudaMallocHost(ptr, bytes); }
+  static void Free(void* ptr) { cudaFreeHost(ptr); }
+};
+
+// Owning allocation of `Memory` (DeviceMemory or PinnedMemory); grows (never shrinks) on
+// Reserve. Thread-compatible.
+template <typename Memory>
+class CudaBuffer {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { Release(); }
+  CudaBuffer() = default;
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
+  ~CudaBuffer() { Release(); }
 
   absl::Status Reserve(std::size_t bytes) {
     if (bytes <= bytes_) return absl::OkStatus();
     Release();
     void* ptr = nullptr;
-    if (absl::Status s = CudaStatus(cudaMalloc(&ptr, bytes), "cudaMalloc"); !s.ok()) return s;
+    if (absl::Status s = CudaStatus(Memory::Allocate(&ptr, bytes), Memory::kAllocName); !s.ok()) {
+      return s;
+    }
     ptr_ = ptr;
     bytes_ = bytes;
     return absl::OkStatus();
   }
   void Release() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
+    if (ptr_ != nullptr) Memory::Free(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
   }
@@ -65,39 +83,8 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
-// Owning page-locked host allocation (async copies need it).
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() { Release(); }
-
-  absl::Status Reserve(std::size_t bytes) {
-    if (bytes <= bytes_) return absl::OkStatus();
-    Release();
-    void* ptr = nullptr;
-    if (absl::Status s = CudaStatus(cudaMallocHost(&ptr, bytes), "cudaMallocHost"); !s.ok()) {
-      return s;
-    }
-    ptr_ = ptr;
-    bytes_ = bytes;
-    return absl::OkStatus();
-  }
-  void Release() {
-    if (ptr_ != nullptr) cudaFreeHost(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-  }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-
- private:
-  void* ptr_ = nullptr;
-  std::size_t bytes_ = 0;
-};
+using DeviceBuffer = CudaBuffer<DeviceMemory>;
+using PinnedBuffer = CudaBuffer<PinnedMemory>;
 
 // One sub-block's packed weights on the device.
 struct DeviceSubBlock {
@@ -338,23 +325,8 @@ absl::Status CudaBackend::Reserve(int batch, int frames) {
 }
 
 absl::Status CudaBackend::Run(const FeatureBatch& input, BackendOutput* output) {
-  const ModelConfig& config = model_->config();
-  if (input.data == nullptr || input.lengths == nullptr || output == nullptr) {
-    return absl::InvalidArgumentError("Run: null input, lengths or output");
-  }
-  if (input.batch < 1 || input.time < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Run: empty batch (batch=", input.batch, ", time=", input.time, ")"));
-  }
-  if (input.features != config.feat_in) {
-    return absl::InvalidArgumentError(absl::StrCat("Run: model expects ", config.feat_in,
-                                                   " features per frame, got ", input.features));
-  }
-  for (int b = 0; b < input.batch; ++b) {
-    if (input.lengths[b] < 0 || input.lengths[b] > input.time) {
-      return absl::InvalidArgumentError(absl::StrCat("Run: length ", input.lengths[b], " of item ",
-                                                     b, " outside [0, ", input.time, "]"));
-    }
+  if (absl::Status s = ValidateFeatureBatch(input, model_->config(), output); !s.ok()) {
+    return s;
   }
   if (absl::Status s = CudaStatus(cudaSetDevice(options_.cuda_device), "cudaSetDevice"); !s.ok()) {
     return s;
@@ -410,10 +382,8 @@ absl::Status CudaBackend::Run(const FeatureBatch& input, BackendOutput* output) 
   };
   auto host_lengths = [&](int set) { return lengths_host + static_cast<std::size_t>(set) * batch; };
 
-  const int num_blocks = static_cast<int>(model_->blocks().size());
   if (options_.keep_block_outputs) {
-    output->block_outputs.assign(num_blocks, {});
-    output->block_time.assign(num_blocks, 0);
+    ResetBlockOutputs(static_cast<int>(model_->blocks().size()), output);
   }
   const std::vector<PlanStep>& steps = plan_.steps();
   for (std::size_t i = 0; i + 1 < steps.size(); ++i) {  // the decoder (last step) below
@@ -498,18 +468,11 @@ absl::Status CudaBackend::Run(const FeatureBatch& input, BackendOutput* output) 
   }
   if (absl::Status s = CudaStatus(cudaStreamSynchronize(stream_), "run"); !s.ok()) return s;
 
-  output->batch = batch;
-  output->time = time;
-  output->vocab = vocab_;
-  output->lengths.assign(host_lengths(final_set), host_lengths(final_set) + batch);
+  SetOutputShape(batch, time, vocab_, host_lengths(final_set), output);
   output->ids.assign(ids_host_.as<int>(), ids_host_.as<int>() + frames);
   output->best_log_probs.assign(best_host_.as<float>(), best_host_.as<float>() + frames);
-  if (options_.keep_log_probs) {
-    output->log_probs.assign(log_probs_host_.as<float>(),
-                             log_probs_host_.as<float>() + frames * vocab_);
-  } else {
-    output->log_probs.clear();
-  }
+  SetLogProbs(options_.keep_log_probs ? log_probs_host_.as<float>() : nullptr, frames * vocab_,
+              output);
   return absl::OkStatus();
 }
 

@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,13 +19,13 @@
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
 #include "gmock/gmock.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "jasper/asr/v1/asr.grpc.pb.h"
 #include "riva/proto/riva_asr.grpc.pb.h"
 #include "server/jasper_server.h"
 #include "tests/model_test_util.h"
+#include "tests/server_test_util.h"
 
 namespace jasper::server {
 namespace {
@@ -34,36 +33,19 @@ namespace {
 namespace pb = ::jasper::asr::v1;
 namespace rasr = ::nvidia::riva::asr;
 namespace fs = std::filesystem;
+using ::jasper::test_util::AudioChunks;
+using ::jasper::test_util::DeadlineIn;
+using ::jasper::test_util::kSlowdown;
+using ::jasper::test_util::StreamAudio;
 using ::testing::HasSubstr;
-
-// Sanitizers (and the Debug builds they run in) slow everything down several times.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr int kSlowdown = 10;
-#else
-constexpr int kSlowdown = 1;
-#endif
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures: model and audio.
 
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
+// test_util::ServerTestModelDir(), else a tiny random QuartzNet-like model in a temp dir.
 std::string TestModelDir() {
   static const std::string dir = [] {
-    const fs::path root = JASPER_SOURCE_DIR;
-    if (fs::exists(root / "tests/fixtures/quartznet_small/model/model.json")) {
-      return (root / "tests/fixtures/quartznet_small/model").string();
-    }
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(root / "models", ec)) {
-      if (fs::exists(e.path() / "model.json")) return e.path().string();
-    }
-    // A tiny random QuartzNet-like model.
+    if (std::string found = test_util::ServerTestModelDir(); !found.empty()) return found;
     const fs::path tmp = fs::temp_directory_path() / "jasper_server_test_model";
     fs::create_directories(tmp);
     ModelConfig config = test_util::SeparableConfig();
@@ -107,29 +89,15 @@ std::string SyntheticWav(double seconds, int rate = 16000, int channels = 1) {
   return wav + data;
 }
 
+// test_util::ServerTestWav(), else a synthetic one.
 std::string TestWav() {
-  static const std::string wav = [] {
-    const fs::path path = fs::path(JASPER_SOURCE_DIR) / "tests/fixtures/audio/fox.wav";
-    return fs::exists(path) ? ReadFile(path) : SyntheticWav(2.5);
-  }();
+  static const std::string wav =
+      fs::exists(test_util::ServerTestWavPath()) ? test_util::ServerTestWav() : SyntheticWav(2.5);
   return wav;
-}
-
-// Splits a WAV file into messages of `chunk_bytes`, the first one carrying the header.
-std::vector<std::string> Chunks(const std::string& wav, size_t chunk_bytes = 3200) {
-  std::vector<std::string> out;
-  for (size_t pos = 0; pos < wav.size(); pos += chunk_bytes) {
-    out.push_back(wav.substr(pos, chunk_bytes));
-  }
-  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Clients.
-
-std::chrono::system_clock::time_point Deadline(int seconds = 20) {
-  return std::chrono::system_clock::now() + std::chrono::seconds(seconds * kSlowdown);
-}
 
 template <typename Response>
 struct StreamOutcome {
@@ -143,7 +111,7 @@ template <typename Stub, typename Request, typename Response>
 StreamOutcome<Response> RunStream(Stub* stub, const std::vector<Request>& requests,
                                   bool half_close = true) {
   grpc::ClientContext context;
-  context.set_deadline(Deadline());
+  context.set_deadline(DeadlineIn());
   auto stream = stub->StreamingRecognize(&context);
   std::thread writer([&] {
     for (const Request& r : requests) {
@@ -172,16 +140,10 @@ pb::StreamingRecognizeRequest JasperConfig(bool interim = true, const std::strin
   return r;
 }
 
-pb::StreamingRecognizeRequest JasperAudio(const std::string& bytes) {
-  pb::StreamingRecognizeRequest r;
-  r.set_audio_content(bytes);
-  return r;
-}
-
 std::vector<pb::StreamingRecognizeRequest> JasperRequests(const std::string& wav,
                                                           bool interim = true) {
   std::vector<pb::StreamingRecognizeRequest> requests = {JasperConfig(interim)};
-  for (const std::string& c : Chunks(wav)) requests.push_back(JasperAudio(c));
+  for (const std::string& c : AudioChunks(wav)) requests.push_back(StreamAudio(c));
   return requests;
 }
 
@@ -193,7 +155,7 @@ std::vector<rasr::StreamingRecognizeRequest> RivaRequests(const std::string& wav
   sc->mutable_config()->set_language_code("en-US");
   sc->mutable_config()->set_enable_word_time_offsets(true);
   requests[0].mutable_id()->set_value("riva-7");
-  for (const std::string& c : Chunks(wav)) {
+  for (const std::string& c : AudioChunks(wav)) {
     rasr::StreamingRecognizeRequest r;
     r.set_audio_content(c);
     requests.push_back(r);
@@ -220,41 +182,9 @@ class Server {
   rasr::RivaSpeechRecognition::Stub* riva() { return riva_.get(); }
   std::shared_ptr<grpc::Channel> channel() { return channel_; }
 
-  // grpc.health.v1.Health/Check for `service` through the generic stub (no health proto
-  // needed): the response's field 1 is the serving status (1 = SERVING, 2 = NOT_SERVING).
-  // Uses a completion queue on this thread, so nothing of the test runs on gRPC's threads.
+  // grpc.health.v1.Health/Check for `service`: 1 = SERVING, 2 = NOT_SERVING.
   int HealthStatus(const std::string& service = "") {
-    grpc::GenericStub stub(channel_);
-    std::string request;
-    if (!service.empty()) {
-      request.push_back(0x0a);
-      request.push_back(static_cast<char>(service.size()));
-      request += service;
-    }
-    grpc::Slice slice(request);
-    grpc::ByteBuffer in(&slice, 1);
-    grpc::ByteBuffer out;
-    grpc::ClientContext context;
-    context.set_deadline(Deadline(5));
-    grpc::CompletionQueue cq;
-    grpc::Status status;
-    auto call = stub.PrepareUnaryCall(&context, "/grpc.health.v1.Health/Check", in, &cq);
-    call->StartCall();
-    int tag = 1;
-    call->Finish(&out, &status, &tag);
-    void* got = nullptr;
-    bool ok = false;
-    const bool have_event = cq.Next(&got, &ok);
-    cq.Shutdown();
-    while (cq.Next(&got, &ok)) {
-    }
-    if (!have_event) return -1;
-    if (!status.ok()) return -static_cast<int>(status.error_code());
-    std::vector<grpc::Slice> slices;
-    (void)out.Dump(&slices);
-    std::string bytes;
-    for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-    return bytes.size() >= 2 && bytes[0] == 0x08 ? bytes[1] : 0;
+    return test_util::HealthCheck(channel_, service);
   }
 
  private:
@@ -304,7 +234,7 @@ TEST_F(ServerTest, HealthIsServing) {
 
 TEST_F(ServerTest, ListModels) {
   grpc::ClientContext context;
-  context.set_deadline(Deadline());
+  context.set_deadline(DeadlineIn());
   pb::ListModelsResponse response;
   ASSERT_TRUE(server_->asr()->ListModels(&context, pb::ListModelsRequest(), &response).ok());
   ASSERT_EQ(response.models_size(), 1);
@@ -319,7 +249,7 @@ TEST_F(ServerTest, ListModels) {
 
 TEST_F(ServerTest, GetRivaSpeechRecognitionConfigListsOnlineAndOffline) {
   grpc::ClientContext context;
-  context.set_deadline(Deadline());
+  context.set_deadline(DeadlineIn());
   rasr::RivaSpeechRecognitionConfigResponse response;
   ASSERT_TRUE(server_->riva()
                   ->GetRivaSpeechRecognitionConfig(
@@ -350,7 +280,7 @@ TEST_F(ServerTest, RecognizeWav) {
   request.set_request_id("offline-1");
   pb::RecognizeResponse response;
   grpc::ClientContext context;
-  context.set_deadline(Deadline());
+  context.set_deadline(DeadlineIn());
   grpc::Status status = server_->asr()->Recognize(&context, request, &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
   ASSERT_GE(response.results_size(), 1);
@@ -389,7 +319,7 @@ TEST_F(ServerTest, StreamingWithInterimResults) {
 }
 
 TEST_F(ServerTest, SpeechEventsAndForceFinal) {
-  const std::vector<std::string> chunks = Chunks(TestWav());
+  const std::vector<std::string> chunks = AudioChunks(TestWav());
   std::vector<pb::StreamingRecognizeRequest> requests = {JasperConfig(false, "", true)};
   for (size_t i = 0; i < chunks.size(); ++i) {
     if (i == chunks.size() / 2) {
@@ -397,7 +327,7 @@ TEST_F(ServerTest, SpeechEventsAndForceFinal) {
       force.mutable_force_final();
       requests.push_back(force);
     }
-    requests.push_back(JasperAudio(chunks[i]));
+    requests.push_back(StreamAudio(chunks[i]));
   }
   auto out =
       RunStream<pb::Asr::Stub, pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>(
@@ -433,7 +363,7 @@ TEST_F(ServerTest, RivaRecognizeWavWithoutEncoding) {
   request.mutable_id()->set_value("r-1");
   rasr::RecognizeResponse response;
   grpc::ClientContext context;
-  context.set_deadline(Deadline());
+  context.set_deadline(DeadlineIn());
   grpc::Status status = server_->riva()->Recognize(&context, request, &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
   ASSERT_GE(response.results_size(), 1);
@@ -495,7 +425,7 @@ TEST_F(ServerTest, ConcurrentStreamsAllComplete) {
 TEST_F(ServerTest, AudioBeforeConfigIsInvalidArgument) {
   auto out =
       RunStream<pb::Asr::Stub, pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>(
-          server_->asr(), {JasperAudio(TestWav().substr(0, 3200))});
+          server_->asr(), {StreamAudio(TestWav().substr(0, 3200))});
   EXPECT_EQ(out.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(out.status.error_message(), HasSubstr("config"));
 }
@@ -528,7 +458,7 @@ TEST_F(ServerTest, StereoIsInvalidArgument) {
   request.set_audio(std::string(3200, '\0'));
   pb::RecognizeResponse response;
   grpc::ClientContext context;
-  context.set_deadline(Deadline());
+  context.set_deadline(DeadlineIn());
   grpc::Status status = server_->asr()->Recognize(&context, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("mono"));
@@ -536,7 +466,7 @@ TEST_F(ServerTest, StereoIsInvalidArgument) {
 
 TEST_F(ServerTest, RawAudioWithoutRateIsInvalidArgument) {
   std::vector<pb::StreamingRecognizeRequest> requests = {JasperConfig(),
-                                                         JasperAudio(std::string(3200, '\1'))};
+                                                         StreamAudio(std::string(3200, '\1'))};
   auto out =
       RunStream<pb::Asr::Stub, pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>(
           server_->asr(), requests);
@@ -555,7 +485,7 @@ TEST_F(ServerTest, UnknownModelIsNotFound) {
   request.set_audio(TestWav());
   rasr::RecognizeResponse response;
   grpc::ClientContext context;
-  context.set_deadline(Deadline());
+  context.set_deadline(DeadlineIn());
   EXPECT_EQ(server_->riva()->Recognize(&context, request, &response).error_code(),
             grpc::StatusCode::NOT_FOUND);
 }
@@ -566,13 +496,13 @@ TEST_F(ServerTest, OversizeMessageIsResourceExhausted) {
   request.set_audio(std::string((1 << 20) + 1024, '\0'));
   pb::RecognizeResponse response;
   grpc::ClientContext context;
-  context.set_deadline(Deadline());
+  context.set_deadline(DeadlineIn());
   EXPECT_EQ(server_->asr()->Recognize(&context, request, &response).error_code(),
             grpc::StatusCode::RESOURCE_EXHAUSTED);
   // The same limit holds for each message of a stream.
   std::vector<pb::StreamingRecognizeRequest> requests = {
-      JasperConfig(), JasperAudio(TestWav().substr(0, 3200)),
-      JasperAudio(std::string((1 << 20) + 1024, '\0'))};
+      JasperConfig(), StreamAudio(TestWav().substr(0, 3200)),
+      StreamAudio(std::string((1 << 20) + 1024, '\0'))};
   auto out =
       RunStream<pb::Asr::Stub, pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>(
           server_->asr(), requests);
@@ -588,7 +518,7 @@ TEST(ServerLimitsTest, TooManyStreamsIsResourceExhausted) {
   using Stream =
       grpc::ClientReaderWriter<pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>;
   grpc::ClientContext c1, c2, c3;
-  for (auto* c : {&c1, &c2, &c3}) c->set_deadline(Deadline());
+  for (auto* c : {&c1, &c2, &c3}) c->set_deadline(DeadlineIn());
   std::unique_ptr<Stream> s1 = server.asr()->StreamingRecognize(&c1);
   std::unique_ptr<Stream> s2 = server.asr()->StreamingRecognize(&c2);
   ASSERT_TRUE(s1->Write(JasperConfig()));
@@ -607,7 +537,8 @@ TEST(ServerLimitsTest, TooManyStreamsIsResourceExhausted) {
   EXPECT_THAT(status.error_message(), HasSubstr("max_concurrent_streams"));
   // The open streams still work, and their slots come back when they end.
   for (Stream* s : {s1.get(), s2.get()}) {
-    for (const std::string& chunk : Chunks(TestWav())) ASSERT_TRUE(s->Write(JasperAudio(chunk)));
+    for (const std::string& chunk : AudioChunks(TestWav()))
+      ASSERT_TRUE(s->Write(StreamAudio(chunk)));
     s->WritesDone();
     while (s->Read(&response)) {
     }
@@ -625,10 +556,10 @@ TEST(ServerLimitsTest, IdleStreamIsOutOfRange) {
   Server server(options);
   ASSERT_NE(server.server(), nullptr);
   grpc::ClientContext context;
-  context.set_deadline(Deadline());
+  context.set_deadline(DeadlineIn());
   auto stream = server.asr()->StreamingRecognize(&context);
   ASSERT_TRUE(stream->Write(JasperConfig()));
-  ASSERT_TRUE(stream->Write(JasperAudio(TestWav().substr(0, 6400))));
+  ASSERT_TRUE(stream->Write(StreamAudio(TestWav().substr(0, 6400))));
   // Then nothing: the server ends the stream.
   const auto start = std::chrono::steady_clock::now();
   pb::StreamingRecognizeResponse response;
@@ -646,10 +577,11 @@ TEST(ServerShutdownTest, NewCallsUnavailableOpenStreamsGetFinals) {
   Server server(options);
   ASSERT_NE(server.server(), nullptr);
   grpc::ClientContext context;
-  context.set_deadline(Deadline());
+  context.set_deadline(DeadlineIn());
   auto stream = server.asr()->StreamingRecognize(&context);
   ASSERT_TRUE(stream->Write(JasperConfig(/*interim=*/true)));
-  for (const std::string& chunk : Chunks(TestWav())) ASSERT_TRUE(stream->Write(JasperAudio(chunk)));
+  for (const std::string& chunk : AudioChunks(TestWav()))
+    ASSERT_TRUE(stream->Write(StreamAudio(chunk)));
   // Wait until the audio is being recognized (an interim result), without half-closing.
   pb::StreamingRecognizeResponse response;
   ASSERT_TRUE(stream->Read(&response));

@@ -1,6 +1,6 @@
-// Helpers for the in-process server tests (metrics_test, security_test): the test model and
-// audio, jasper.asr.v1 requests, a blocking HTTP GET over loopback, a health check through the
-// generic stub, and reading one sample out of a Prometheus text exposition.
+// Helpers for the in-process server tests (server_test, metrics_test, security_test): the test
+// model and audio, jasper.asr.v1 requests, a blocking HTTP GET over loopback, a health check
+// through the generic stub, and reading one sample out of a Prometheus text exposition.
 // Header-only; thread-compatible.
 #ifndef JASPER_TESTS_SERVER_TEST_UTIL_H_
 #define JASPER_TESTS_SERVER_TEST_UTIL_H_
@@ -55,13 +55,18 @@ inline std::string ServerTestModelDir() {
 }
 
 // tests/fixtures/audio/fox.wav (16 kHz mono 16-bit WAV).
+inline fs::path ServerTestWavPath() {
+  return fs::path(JASPER_SOURCE_DIR) / "tests/fixtures/audio/fox.wav";
+}
+
+// The bytes of ServerTestWavPath() ("" when it is missing).
 inline std::string ServerTestWav() {
-  static const std::string wav =
-      ReadFileBytes(fs::path(JASPER_SOURCE_DIR) / "tests/fixtures/audio/fox.wav");
+  static const std::string wav = ReadFileBytes(ServerTestWavPath());
   return wav;
 }
 
-inline std::chrono::system_clock::time_point DeadlineIn(int seconds) {
+// `seconds` from now, scaled by kSlowdown.
+inline std::chrono::system_clock::time_point DeadlineIn(int seconds = 20) {
   return std::chrono::system_clock::now() + std::chrono::seconds(seconds * kSlowdown);
 }
 
@@ -78,6 +83,7 @@ inline jasper::asr::v1::StreamingRecognizeRequest StreamAudio(const std::string&
   return r;
 }
 
+// Splits a WAV file into messages of `bytes`, the first one carrying the header.
 inline std::vector<std::string> AudioChunks(const std::string& wav, size_t bytes = 3200) {
   std::vector<std::string> out;
   for (size_t pos = 0; pos < wav.size(); pos += bytes) out.push_back(wav.substr(pos, bytes));
@@ -141,8 +147,9 @@ inline double MetricValue(const std::string& text, const std::string& series) {
   return -1;
 }
 
-// grpc.health.v1.Health/Check for `service` through the generic stub: 1 = SERVING,
-// 2 = NOT_SERVING, -code for a failed call, 0 for an unreadable response.
+// grpc.health.v1.Health/Check for `service` through the generic stub (no health proto needed):
+// 1 = SERVING, 2 = NOT_SERVING, -code for a failed call, 0 for an unreadable response. Uses a
+// completion queue on the calling thread, so nothing of the caller runs on gRPC's threads.
 inline int HealthCheck(const std::shared_ptr<grpc::Channel>& channel,
                        const std::string& service = "") {
   grpc::GenericStub stub(channel);
