@@ -5,11 +5,14 @@
 // Ownership: a Backend shares the Model (shared_ptr) and owns its workspaces.
 // Thread-safety: NOT thread-safe. One Backend is driven by one worker thread at a time (the
 // scheduler runs one worker per backend replica); create several replicas for parallelism.
+// Exception: name() and DeviceMemory() are safe from any thread, concurrently with Run().
 #ifndef JASPER_ENGINE_BACKEND_H_
 #define JASPER_ENGINE_BACKEND_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +50,18 @@ struct BackendOutput {
 
 enum class Device { kAuto, kCpu, kCuda };
 
+// Device memory of a backend that runs on an accelerator (Backend::DeviceMemory()).
+struct DeviceMemoryInfo {
+  int device = 0;  // the accelerator's ordinal (CUDA device N)
+  // The whole device as the driver reports it (every process and context on it): total and
+  // used (total - free) bytes. -1 when the query failed (backend_bytes is still valid).
+  int64_t total_bytes = -1;
+  int64_t used_bytes = -1;
+  // Device bytes this backend itself holds: packed weights plus workspaces (activations,
+  // lengths, outputs). Excludes the CUDA context, kernels' code and pinned host memory.
+  int64_t backend_bytes = 0;
+};
+
 // "auto", "cpu" or "cuda".
 absl::StatusOr<Device> ParseDevice(const std::string& name);
 
@@ -75,6 +90,11 @@ class Backend {
   virtual absl::Status Run(const FeatureBatch& input, BackendOutput* output) = 0;
   // "cpu" or "cuda:N".
   virtual std::string name() const = 0;
+  // The device memory of a backend on an accelerator; nullopt for host backends (the CPU).
+  // Unlike Run(), this may be called from any thread at any time while the backend exists,
+  // concurrently with Run() (implementations must keep it lock-free and cheap: metrics scrapes
+  // call it).
+  virtual std::optional<DeviceMemoryInfo> DeviceMemory() const { return std::nullopt; }
 };
 
 // The input checks every Backend::Run makes before touching a kernel: non-null data, lengths

@@ -3,8 +3,11 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,6 +76,7 @@ class CudaBuffer {
     bytes_ = 0;
   }
   void* get() const { return ptr_; }
+  std::size_t bytes() const { return bytes_; }
   template <typename T>
   T* as() const {
     return static_cast<T*>(ptr_);
@@ -116,11 +120,16 @@ class CudaBackend final : public Backend {
   absl::Status Init();
   std::string name() const override { return absl::StrCat("cuda:", options_.cuda_device); }
   absl::Status Run(const FeatureBatch& input, BackendOutput* output) override;
+  std::optional<DeviceMemoryInfo> DeviceMemory() const override;
 
  private:
   absl::Status Upload(const void* host, std::size_t bytes, DeviceBuffer* buffer);
   absl::Status PackOne(const FoldedSubBlock& sub, DeviceSubBlock* out);
   absl::Status Reserve(int batch, int frames);
+  absl::Status ReserveWorkspaces(int batch, int frames);
+  // Sums the sizes of every device buffer into device_bytes_. Called by the thread that grows
+  // the buffers (Init / Run), after each growth.
+  void UpdateDeviceBytes();
   const void* Buffer(const PlanBuffer& buffer) const;
   std::size_t ActivationBytes(std::size_t elements) const { return elements * elem_bytes_; }
 
@@ -141,6 +150,9 @@ class CudaBackend final : public Backend {
   int vocab_ = 0;
   int reserved_batch_ = 0;
   int reserved_frames_ = 0;
+  // Device bytes held by the buffers below and steps_: written by Init/Run (UpdateDeviceBytes),
+  // read by DeviceMemory() from any thread.
+  std::atomic<int64_t> device_bytes_{0};
 
   // Device buffers (elements of the run precision unless stated).
   std::vector<DeviceBuffer> slots_;
@@ -280,8 +292,49 @@ const void* CudaBackend::Buffer(const PlanBuffer& buffer) const {
   return nullptr;
 }
 
+void CudaBackend::UpdateDeviceBytes() {
+  std::size_t total = 0;
+  for (const DeviceSubBlock& step : steps_) {
+    total += step.weight.bytes() + step.depthwise.bytes() + step.bias.bytes();
+  }
+  for (const DeviceBuffer& slot : slots_) total += slot.bytes();
+  for (const DeviceBuffer& scratch : scratch_) total += scratch.bytes();
+  for (const DeviceBuffer* buffer :
+       {&input_, &features_f32_, &logits_, &lengths_, &ids_, &best_, &log_probs_}) {
+    total += buffer->bytes();
+  }
+  device_bytes_.store(static_cast<int64_t>(total), std::memory_order_relaxed);
+}
+
+std::optional<DeviceMemoryInfo> CudaBackend::DeviceMemory() const {
+  DeviceMemoryInfo info;
+  info.device = options_.cuda_device;
+  info.backend_bytes = device_bytes_.load(std::memory_order_relaxed);
+  // cudaMemGetInfo reports on the calling thread's current device: select ours, then restore
+  // the caller's so that a scrape thread's state is left as it was.
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  if (cudaSetDevice(options_.cuda_device) == cudaSuccess &&
+      cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    info.total_bytes = static_cast<int64_t>(total_bytes);
+    info.used_bytes = static_cast<int64_t>(total_bytes - std::min(free_bytes, total_bytes));
+  } else {
+    cudaGetLastError();  // clear this thread's last error (not sticky); the gauges go absent
+  }
+  if (previous >= 0 && previous != options_.cuda_device) cudaSetDevice(previous);
+  return info;
+}
+
 absl::Status CudaBackend::Reserve(int batch, int frames) {
   if (batch <= reserved_batch_ && frames <= reserved_frames_) return absl::OkStatus();
+  absl::Status status = ReserveWorkspaces(batch, frames);
+  UpdateDeviceBytes();  // also after a failure: some buffers may have been freed or grown
+  return status;
+}
+
+absl::Status CudaBackend::ReserveWorkspaces(int batch, int frames) {
   if (reserved_batch_ > 0) {
     std::cerr << "jasper: CUDA backend grows its workspaces to batch "
               << std::max(batch, reserved_batch_) << " x " << std::max(frames, reserved_frames_)

@@ -13,9 +13,15 @@
 // unless log-probs or block outputs are requested.
 // CUDA Graphs per batch-shape bucket: not yet (each Run launches ~80 kernels directly).
 //
+// Device memory (DeviceMemory()): the bytes of every device buffer the backend holds (weights
+// and workspaces) are summed by the thread that grows them, after each growth, into an atomic;
+// DeviceMemory() reads that atomic and calls cudaMemGetInfo (thread-safe) on the backend's
+// device, restoring the calling thread's current device afterwards.
+//
 // Ownership: shares the Model; owns all device/pinned memory and the stream.
 // Thread-safety: one thread at a time (see Backend); Run() may be called from any thread (it
-// makes the backend's device current first).
+// makes the backend's device current first). name() and DeviceMemory() are safe from any
+// thread, concurrently with Run(); neither takes a lock.
 #ifndef JASPER_ENGINE_CUDA_BACKEND_H_
 #define JASPER_ENGINE_CUDA_BACKEND_H_
 

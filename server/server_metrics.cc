@@ -1,7 +1,11 @@
 #include "server/server_metrics.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -26,6 +30,17 @@ std::string CodeName(int code) {
 std::vector<double> LatencyBuckets() {
   return {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
           0.5,   0.75, 1.0,   1.5,  2.5,   5.0, 10.0, 30.0};
+}
+
+// The device memory each device reports, one reading per device (the last replica's).
+std::map<int, DeviceMemoryInfo> ReadDevices(const std::vector<const Backend*>& backends) {
+  std::map<int, DeviceMemoryInfo> devices;
+  for (const Backend* backend : backends) {
+    if (backend == nullptr) continue;
+    std::optional<DeviceMemoryInfo> info = backend->DeviceMemory();
+    if (info.has_value() && info->total_bytes > 0) devices[info->device] = *info;
+  }
+  return devices;
 }
 
 }  // namespace
@@ -116,6 +131,49 @@ ServerMetrics::ServerMetrics(double feature_frame_s, int replicas)
         const double audio = audio_streaming_s_->value() + audio_offline_s_->value();
         return std::vector<GaugeSample>{{{}, busy > 0 ? audio / busy : 0.0}};
       });
+}
+
+bool ServerMetrics::AddDeviceMemoryGauges(std::vector<const Backend*> backends) {
+  const bool any = std::any_of(backends.begin(), backends.end(), [](const Backend* b) {
+    return b != nullptr && b->DeviceMemory().has_value();
+  });
+  if (!any) return false;
+  MetricsRegistry& r = registry_;
+  r.AddCallbackGauge(
+      "jasper_gpu_memory_used_bytes",
+      "GPU memory in use on the device (all processes; total - free as the "
+      "driver reports it). Only on GPU backends.",
+      {"device"}, [backends] {
+        std::vector<GaugeSample> samples;
+        for (const auto& [device, info] : ReadDevices(backends)) {
+          samples.push_back({{std::to_string(device)}, static_cast<double>(info.used_bytes)});
+        }
+        return samples;
+      });
+  r.AddCallbackGauge(
+      "jasper_gpu_memory_total_bytes", "GPU memory of the device. Only on GPU backends.",
+      {"device"}, [backends] {
+        std::vector<GaugeSample> samples;
+        for (const auto& [device, info] : ReadDevices(backends)) {
+          samples.push_back({{std::to_string(device)}, static_cast<double>(info.total_bytes)});
+        }
+        return samples;
+      });
+  r.AddCallbackGauge(
+      "jasper_backend_device_memory_bytes",
+      "Device memory each backend replica holds for its weights and workspaces "
+      "(excluding the CUDA context). Only on GPU backends.",
+      {"replica"}, [backends] {
+        std::vector<GaugeSample> samples;
+        for (size_t i = 0; i < backends.size(); ++i) {
+          if (backends[i] == nullptr) continue;
+          std::optional<DeviceMemoryInfo> info = backends[i]->DeviceMemory();
+          if (!info.has_value()) continue;
+          samples.push_back({{std::to_string(i)}, static_cast<double>(info->backend_bytes)});
+        }
+        return samples;
+      });
+  return true;
 }
 
 void ServerMetrics::OnBatch(const BatchReport& report) {

@@ -3,7 +3,8 @@
 // time, refused windows), by ServingEngine (result latencies, audio seconds) and by the call
 // interceptor (calls by method and status, active calls and streams). Scrape-time gauges
 // (queue depth, open calls) are added by whoever owns the state they read
-// (ServingEngine::Create).
+// (ServingEngine::Create), and so are the device-memory gauges (AddDeviceMemoryGauges), which
+// exist only when a backend runs on a GPU.
 //
 // Ownership: owns the MetricsRegistry and its series.
 // Thread-safety: thread-safe; every On*/Add* method is lock-free except the first use of a new
@@ -17,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "engine/backend.h"
 #include "engine/scheduler.h"
 #include "server/metrics.h"
 
@@ -51,6 +53,16 @@ class ServerMetrics final : public SchedulerObserver {
   void CallEnded(const ActiveCall& active);
   // `code`: grpc::StatusCode as an int.
   void CallFinished(absl::string_view full_method, int code);
+
+  // Exports the device memory of backend replicas (backends[i] is replica i; not owned, null
+  // entries are skipped) as scrape-time gauges: jasper_gpu_memory_used_bytes and
+  // jasper_gpu_memory_total_bytes {device} (once per device, however many replicas share it)
+  // and jasper_backend_device_memory_bytes {replica}. Each scrape calls every backend's
+  // DeviceMemory() (lock-free; nothing is added to the inference path). Registers nothing, and
+  // returns false, when no backend reports device memory now (CPU backends), so a CPU server
+  // exports none of these families. Call at most once. The backends must outlive every
+  // Render() (ServingEngine: the HTTP exporter stops before the scheduler is destroyed).
+  bool AddDeviceMemoryGauges(std::vector<const Backend*> backends);
 
   // Splits "/package.Service/Method" into a bounded (service, method) label pair.
   static std::pair<std::string, std::string> MethodLabels(absl::string_view full_method);

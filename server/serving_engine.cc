@@ -81,6 +81,7 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const Serve
   backend_options.cpu_threads = options.cpu_threads;
   backend_options.max_batch = options.scheduler.max_batch_size;
   std::vector<std::unique_ptr<Backend>> replicas;
+  std::vector<const Backend*> backends;  // owned by the scheduler below; for the metrics
   // The first replica tells which device "auto" chose; num_workers = 0 then means one replica
   // per core on the CPU backend, one on CUDA.
   int num_workers = std::max(1, options.num_workers);
@@ -93,6 +94,7 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const Serve
       num_workers = options.ResolvedNumWorkers(absl::StartsWith(engine->device_name_, "cpu"),
                                                std::thread::hardware_concurrency());
     }
+    backends.push_back(backend->get());
     replicas.push_back(*std::move(backend));
   }
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
@@ -102,6 +104,9 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const Serve
   engine->metrics_ = std::make_unique<ServerMetrics>(
       engine->model_->config().featurizer.window_stride_s, num_workers);
   engine->scheduler_->SetObserver(engine->metrics_.get());
+  // GPU backends only; the scheduler keeps the backends until it is destroyed, after the
+  // HTTP exporter (JasperServer) stops scraping.
+  engine->metrics_->AddDeviceMemoryGauges(std::move(backends));
   {
     ServingEngine* e = engine.get();
     MetricsRegistry* r = engine->metrics_->registry();

@@ -4,7 +4,9 @@
 // a StreamSession.
 //
 // Metrics: owns the ServerMetrics, which observes the scheduler and every session created by
-// CreateSession() (result latencies, audio seconds); see server/server_metrics.h.
+// CreateSession() (result latencies, audio seconds); see server/server_metrics.h. On GPU
+// backends it also exports their device memory (read at scrape time from the scheduler's
+// backends, so Render() must not outlive the scheduler: JasperServer stops its exporter first).
 //
 // Ownership: owns the model (shared), the scheduler (and through it the backends), the timer
 // queue and the metrics. Outlives every call (JasperServer destroys the gRPC server first).
@@ -70,7 +72,8 @@ class CallTicket {
 class ServingEngine {
  public:
   // Loads the model, creates one backend per worker (ResolvedNumWorkers: --num_workers, 0 = one
-  // per core on the CPU) on options.device, and the scheduler. Errors: invalid options, model load errors, device errors.
+  // per core on the CPU) on options.device, and the scheduler. Errors: invalid options, model load
+  // errors, device errors.
   static absl::StatusOr<std::unique_ptr<ServingEngine>> Create(const ServerOptions& options);
   // Stops the scheduler (runs what is queued) and the timers.
   ~ServingEngine();

@@ -2,11 +2,14 @@
 // limits, and a real server scraped over loopback while real gRPC streams run through it.
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "engine/backend.h"
@@ -193,6 +196,96 @@ TEST(SchedulerObserverTest, BatchesQueueWaitAndRejectionsReachTheMetrics) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Device memory of GPU backends (ServerMetrics::AddDeviceMemoryGauges), with fake backends.
+
+// Reports whatever `info` holds (nullopt: a host backend), counting the queries.
+class DeviceMemoryBackend : public Backend {
+ public:
+  explicit DeviceMemoryBackend(std::optional<DeviceMemoryInfo> info) : info_(info) {}
+  absl::Status Run(const FeatureBatch&, BackendOutput*) override {
+    return absl::UnimplementedError("not for running");
+  }
+  std::string name() const override { return "fake"; }
+  std::optional<DeviceMemoryInfo> DeviceMemory() const override {
+    ++queries_;
+    return info_;
+  }
+  std::optional<DeviceMemoryInfo> info_;
+  mutable std::atomic<int> queries_{0};
+};
+
+DeviceMemoryInfo Info(int device, int64_t used, int64_t total, int64_t backend) {
+  DeviceMemoryInfo info;
+  info.device = device;
+  info.used_bytes = used;
+  info.total_bytes = total;
+  info.backend_bytes = backend;
+  return info;
+}
+
+int CountLines(const std::string& text, const std::string& prefix) {
+  int n = 0;
+  size_t pos = 0;
+  while ((pos = text.find("\n" + prefix, pos)) != std::string::npos) {
+    ++n;
+    ++pos;
+  }
+  return n;
+}
+
+TEST(DeviceMemoryMetricsTest, GaugesReportEveryDeviceOnceAndEveryReplicaAtScrapeTime) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  // Replicas 0 and 1 share device 0; replica 2 is on device 1.
+  DeviceMemoryBackend r0(Info(0, 5 * kGiB, 80 * kGiB, 300 << 20));
+  DeviceMemoryBackend r1(Info(0, 5 * kGiB, 80 * kGiB, 200 << 20));
+  DeviceMemoryBackend r2(Info(1, 2 * kGiB, 40 * kGiB, 100 << 20));
+  ServerMetrics metrics(/*feature_frame_s=*/0.01, /*replicas=*/3);
+  ASSERT_TRUE(metrics.AddDeviceMemoryGauges({&r0, &r1, &r2}));
+  std::string text = metrics.Render();
+  EXPECT_THAT(text, HasSubstr("# TYPE jasper_gpu_memory_used_bytes gauge\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE jasper_gpu_memory_total_bytes gauge\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE jasper_backend_device_memory_bytes gauge\n"));
+  EXPECT_EQ(MetricValue(text, "jasper_gpu_memory_used_bytes{device=\"0\"}"), 5.0 * kGiB);
+  EXPECT_EQ(MetricValue(text, "jasper_gpu_memory_total_bytes{device=\"0\"}"), 80.0 * kGiB);
+  EXPECT_EQ(MetricValue(text, "jasper_gpu_memory_used_bytes{device=\"1\"}"), 2.0 * kGiB);
+  EXPECT_EQ(MetricValue(text, "jasper_gpu_memory_total_bytes{device=\"1\"}"), 40.0 * kGiB);
+  EXPECT_EQ(CountLines(text, "jasper_gpu_memory_used_bytes{"), 2) << text;
+  EXPECT_EQ(CountLines(text, "jasper_gpu_memory_total_bytes{"), 2) << text;
+  EXPECT_EQ(MetricValue(text, "jasper_backend_device_memory_bytes{replica=\"0\"}"), 300 << 20);
+  EXPECT_EQ(MetricValue(text, "jasper_backend_device_memory_bytes{replica=\"1\"}"), 200 << 20);
+  EXPECT_EQ(MetricValue(text, "jasper_backend_device_memory_bytes{replica=\"2\"}"), 100 << 20);
+
+  // Read at scrape time: a new reading shows in the next scrape.
+  const int queries = r0.queries_.load();
+  r0.info_ = Info(0, 7 * kGiB, 80 * kGiB, 400 << 20);
+  r1.info_ = Info(0, 7 * kGiB, 80 * kGiB, 200 << 20);
+  text = metrics.Render();
+  EXPECT_GT(r0.queries_.load(), queries);
+  EXPECT_EQ(MetricValue(text, "jasper_gpu_memory_used_bytes{device=\"0\"}"), 7.0 * kGiB);
+  EXPECT_EQ(MetricValue(text, "jasper_backend_device_memory_bytes{replica=\"0\"}"), 400 << 20);
+
+  // A failed device query (total -1) drops that device's series, not the backend's bytes.
+  r2.info_ = Info(1, -1, -1, 100 << 20);
+  text = metrics.Render();
+  EXPECT_EQ(MetricValue(text, "jasper_gpu_memory_total_bytes{device=\"1\"}"), -1) << text;
+  EXPECT_EQ(MetricValue(text, "jasper_gpu_memory_used_bytes{device=\"1\"}"), -1) << text;
+  EXPECT_EQ(MetricValue(text, "jasper_backend_device_memory_bytes{replica=\"2\"}"), 100 << 20);
+}
+
+TEST(DeviceMemoryMetricsTest, HostBackendsExportNoDeviceMemoryFamilies) {
+  DeviceMemoryBackend cpu0(std::nullopt);
+  DeviceMemoryBackend cpu1(std::nullopt);
+  EchoBackend echo;  // the Backend default: no device memory
+  EXPECT_FALSE(echo.DeviceMemory().has_value());
+  ServerMetrics metrics(/*feature_frame_s=*/0.01, /*replicas=*/3);
+  EXPECT_FALSE(metrics.AddDeviceMemoryGauges({&cpu0, &cpu1, &echo, nullptr}));
+  EXPECT_FALSE(metrics.AddDeviceMemoryGauges({}));
+  const std::string text = metrics.Render();
+  EXPECT_THAT(text, Not(HasSubstr("jasper_gpu_memory")));
+  EXPECT_THAT(text, Not(HasSubstr("jasper_backend_device_memory")));
+}
+
+// ---------------------------------------------------------------------------------------------
 // HTTP exporter.
 
 class HttpExporterTest : public ::testing::Test {
@@ -280,6 +373,16 @@ TEST(ServerMetricsScrapeTest, ValuesMoveDuringStreamingLoad) {
   auto stub = pb::Asr::NewStub(channel);
 
   const std::string before = HttpBody(HttpGet(mport, "/metrics"));
+  // Device memory: only on a GPU backend (the CPU reports none, so no such family exists).
+  if (absl::StartsWith(server->engine()->device_name(), "cpu")) {
+    EXPECT_THAT(before, Not(HasSubstr("jasper_gpu_memory")));
+    EXPECT_THAT(before, Not(HasSubstr("jasper_backend_device_memory")));
+  } else {
+    EXPECT_GT(MetricValue(before, "jasper_gpu_memory_total_bytes{device=\"0\"}"), 0) << before;
+    EXPECT_GT(MetricValue(before, "jasper_gpu_memory_used_bytes{device=\"0\"}"), 0) << before;
+    EXPECT_GT(MetricValue(before, "jasper_backend_device_memory_bytes{replica=\"0\"}"), 0)
+        << before;
+  }
   EXPECT_EQ(MetricValue(before, "jasper_active_streams{api=\"jasper\"}"), 0);
   EXPECT_EQ(MetricValue(before, "jasper_final_result_latency_seconds_count{mode=\"streaming\"}"),
             0);

@@ -54,7 +54,9 @@ if [[ ! -f "${audio[0]}" ]]; then
   audio=("$work/fox.wav")
 fi
 
-# Port 0: the server picks a free port and logs it.
+# Port 0: the server picks a free port and logs it. The log exists before the server starts:
+# the background child opens it only after the fork, and the loop below reads it at once.
+: >"$work/server.log"
 "$server_bin" --model_dir="$model" --listen=127.0.0.1:0 >"$work/server.log" 2>&1 &
 server_pid=$!
 port=""
