@@ -57,6 +57,8 @@ ABSL_FLAG(int, idle_timeout_ms, kDefaults.idle_timeout_ms,
           "A stream waiting this long for a client message ends with OUT_OF_RANGE (0: off).");
 ABSL_FLAG(int, shutdown_grace_ms, kDefaults.shutdown_grace_ms,
           "On SIGTERM/SIGINT, time open streams get to receive their final results.");
+ABSL_FLAG(int, idle_memory_release_ms, kDefaults.idle_memory_release_ms,
+          "With no call open for this long, free heap memory goes back to the OS (0: off).");
 
 // Metrics and security.
 ABSL_FLAG(std::string, metrics_address, kDefaults.metrics_address,
@@ -173,6 +175,7 @@ int main(int argc, char** argv) {
   options.max_stream_duration_ms = absl::GetFlag(FLAGS_max_stream_duration_ms);
   options.idle_timeout_ms = absl::GetFlag(FLAGS_idle_timeout_ms);
   options.shutdown_grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);
+  options.idle_memory_release_ms = absl::GetFlag(FLAGS_idle_memory_release_ms);
   options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);

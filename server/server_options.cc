@@ -39,6 +39,9 @@ absl::Status ServerOptions::Validate() const {
   }
   if (!(s = CheckRange("idle_timeout_ms", idle_timeout_ms, 0, 3600000)).ok()) return s;
   if (!(s = CheckRange("shutdown_grace_ms", shutdown_grace_ms, 0, 600000)).ok()) return s;
+  if (!(s = CheckRange("idle_memory_release_ms", idle_memory_release_ms, 0, 3600000)).ok()) {
+    return s;
+  }
   if (!metrics_address.empty()) {
     std::string host;
     int port = 0;
@@ -73,9 +76,9 @@ std::string ServerOptions::ToString() const {
                         num_workers, cpu_threads, warmup);
   absl::StrAppendFormat(&out,
                         "max_concurrent_streams=%d max_message_bytes=%d max_stream_duration_ms=%d "
-                        "idle_timeout_ms=%d shutdown_grace_ms=%d\n",
+                        "idle_timeout_ms=%d shutdown_grace_ms=%d idle_memory_release_ms=%d\n",
                         max_concurrent_streams, max_message_bytes, max_stream_duration_ms,
-                        idle_timeout_ms, shutdown_grace_ms);
+                        idle_timeout_ms, shutdown_grace_ms, idle_memory_release_ms);
   absl::StrAppendFormat(&out,
                         "metrics_address=%s tls_cert_file=%s tls_key_file=%s "
                         "tls_client_ca_file=%s tls_reload_interval_s=%d api_keys_file=%s\n",

@@ -59,6 +59,10 @@ struct ServerOptions {
   // reading, get their final results and end (UNAVAILABLE if the client had not half-closed);
   // after this long whatever is left is cancelled. [0, 600000]
   int shutdown_grace_ms = 10000;
+  // When no call has been open for this long, the heap's free memory is handed back to the
+  // operating system (glibc malloc_trim), so resident memory falls back towards its baseline
+  // after a load peak instead of staying at the high-water mark. 0 disables. [0, 3600000]
+  int idle_memory_release_ms = 1000;
   // Run a forward pass through the model before serving (health SERVING only after it).
   bool warmup = true;
 

@@ -16,7 +16,24 @@
 #include "engine/backend.h"
 #include "spdlog/spdlog.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 namespace jasper::server {
+namespace {
+
+// Returns the heap's free pages to the OS; true when something was released. A no-op without
+// glibc (other allocators return memory on their own schedule).
+bool ReleaseFreeHeapMemory() {
+#if defined(__GLIBC__)
+  return malloc_trim(0) != 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
 
 CallTicket::~CallTicket() { engine_->Release(id_); }
 
@@ -127,6 +144,11 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const Serve
         {}, [e] {
           return std::vector<GaugeSample>{{{}, static_cast<double>(e->active_calls())}};
         });
+    engine->idle_memory_releases_counter_ =
+        r->AddCounter("jasper_idle_memory_releases_total",
+                      "Times free heap memory was returned to the OS after "
+                      "idle_memory_release_ms without calls.")
+            ->Get();
     r->AddGauge("jasper_max_concurrent_streams", "The max_concurrent_streams limit.")
         ->Get()
         ->Set(options.max_concurrent_streams);
@@ -241,12 +263,44 @@ absl::StatusOr<std::unique_ptr<CallTicket>> ServingEngine::Admit(std::function<v
   }
   const uint64_t id = next_id_++;
   calls_.emplace(id, std::move(on_drain));
+  ++call_generation_;
   return std::unique_ptr<CallTicket>(new CallTicket(this, id));
 }
 
 void ServingEngine::Release(uint64_t id) {
+  const int delay_ms = options_.idle_memory_release_ms;
+  uint64_t generation = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    calls_.erase(id);
+    if (!calls_.empty() || delay_ms <= 0 || draining_ || timers_ == nullptr) return;
+    generation = ++call_generation_;
+  }
+  timers_->Schedule(absl::Now() + absl::Milliseconds(delay_ms),
+                    [this, generation] { MaybeReleaseIdleMemory(generation); });
+}
+
+void ServingEngine::MaybeReleaseIdleMemory(uint64_t generation) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (generation != call_generation_ || !calls_.empty()) return;  // calls came since
+  }
+  // Sessions free their buffers when their calls end; glibc keeps the freed pages in its
+  // arenas (one per thread that allocated) until trimmed. Runs on the timer thread, off
+  // every call's path.
+  const bool released = ReleaseFreeHeapMemory();
+  spdlog::debug("idle for {} ms: free heap memory {}returned to the OS",
+                options_.idle_memory_release_ms, released ? "" : "not ");
+  {
+    absl::MutexLock lock(&mu_);
+    ++idle_memory_releases_;
+  }
+  if (idle_memory_releases_counter_ != nullptr) idle_memory_releases_counter_->Increment();
+}
+
+int64_t ServingEngine::idle_memory_releases() const {
   absl::MutexLock lock(&mu_);
-  calls_.erase(id);
+  return idle_memory_releases_;
 }
 
 void ServingEngine::StartDraining() {

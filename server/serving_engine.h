@@ -3,6 +3,10 @@
 // the translation of a call's configuration (CallConfig, filled by either API's adapter) into
 // a StreamSession.
 //
+// Memory: when the last open call ends and no call comes for idle_memory_release_ms, the timer
+// thread returns the heap's free pages to the OS (glibc malloc_trim), so resident memory goes
+// back down after a load peak.
+//
 // Metrics: owns the ServerMetrics, which observes the scheduler and every session created by
 // CreateSession() (result latencies, audio seconds); see server/server_metrics.h. On GPU
 // backends it also exports their device memory (read at scrape time from the scheduler's
@@ -92,6 +96,9 @@ class ServingEngine {
   // Blocks until no call is admitted or `deadline`; true when none is left.
   bool AwaitNoCalls(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
   int active_calls() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Times free heap memory was handed back to the OS after idle_memory_release_ms without
+  // calls (also the jasper_idle_memory_releases_total counter).
+  int64_t idle_memory_releases() const ABSL_LOCKS_EXCLUDED(mu_);
   bool draining() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Checks the model and language a call asks for (NOT_FOUND naming what is served) and
@@ -116,6 +123,8 @@ class ServingEngine {
   friend class CallTicket;
   ServingEngine() = default;
   void Release(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Timer callback: releases free heap memory when no call came and went since `generation`.
+  void MaybeReleaseIdleMemory(uint64_t generation) ABSL_LOCKS_EXCLUDED(mu_);
   // CreateSession; `observe` false keeps the session out of the metrics (warm-up).
   absl::StatusOr<std::unique_ptr<StreamSession>> CreateSessionImpl(
       const CallConfig& config, bool streaming, StreamSession::Callbacks callbacks,
@@ -134,6 +143,11 @@ class ServingEngine {
   std::map<uint64_t, std::function<void()>> calls_ ABSL_GUARDED_BY(mu_);  // id -> on_drain
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  // Bumped by every Admit and every release that leaves no call open; an idle-release timer
+  // only acts if it is unchanged.
+  uint64_t call_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t idle_memory_releases_ ABSL_GUARDED_BY(mu_) = 0;
+  Counter* idle_memory_releases_counter_ = nullptr;  // owned by metrics_
 };
 
 }  // namespace jasper::server

@@ -571,6 +571,63 @@ TEST(ServerLimitsTest, IdleStreamIsOutOfRange) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5 * kSlowdown));
 }
 
+// After the last call ends and idle_memory_release_ms pass without calls, the heap's free
+// memory goes back to the OS once; an open call holds it off; 0 disables; bad values are refused.
+TEST(ServerLimitsTest, IdleMemoryIsReleasedOnlyWhenNoCallIsOpen) {
+  ServerOptions bad = MainOptions();
+  bad.model_dir = "models/any";
+  bad.idle_memory_release_ms = -1;
+  EXPECT_THAT(bad.Validate().message(), HasSubstr("idle_memory_release_ms"));
+
+  ServerOptions options = MainOptions();
+  options.idle_memory_release_ms = 100;
+  Server server(options);
+  ASSERT_NE(server.server(), nullptr);
+  ServingEngine* engine = server.server()->engine();
+  const int64_t before = engine->idle_memory_releases();
+  auto wait_for_release = [&](int64_t count) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5 * kSlowdown);
+    while (engine->idle_memory_releases() < count && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return engine->idle_memory_releases();
+  };
+  // A stream held open (config only) for well over the delay: no release meanwhile.
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn());
+  auto stream = server.asr()->StreamingRecognize(&context);
+  ASSERT_TRUE(stream->Write(JasperConfig()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(engine->idle_memory_releases(), before);
+  // An offline call in between ends while the stream is open: still no release.
+  auto out =
+      RunStream<pb::Asr::Stub, pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>(
+          server.asr(), JasperRequests(TestWav()));
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(engine->idle_memory_releases(), before);
+  // The last call ends: one release after the delay, and only one while idle.
+  stream->WritesDone();
+  pb::StreamingRecognizeResponse response;
+  while (stream->Read(&response)) {
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(wait_for_release(before + 1), before + 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(engine->idle_memory_releases(), before + 1);
+
+  ServerOptions off = MainOptions();
+  off.idle_memory_release_ms = 0;
+  Server quiet(off);
+  ASSERT_NE(quiet.server(), nullptr);
+  auto done =
+      RunStream<pb::Asr::Stub, pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>(
+          quiet.asr(), JasperRequests(TestWav()));
+  ASSERT_TRUE(done.status.ok()) << done.status.error_message();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(quiet.server()->engine()->idle_memory_releases(), 0);
+}
+
 TEST(ServerShutdownTest, NewCallsUnavailableOpenStreamsGetFinals) {
   ServerOptions options = MainOptions();
   options.shutdown_grace_ms = 5000;
