@@ -19,6 +19,14 @@ absl::StatusOr<Device> ParseDevice(const std::string& name) {
       absl::StrCat("unknown device '", name, "' (expected auto, cpu or cuda)"));
 }
 
+absl::StatusOr<GpuPrecision> ParseGpuPrecision(const std::string& name) {
+  if (name == "fp32") return GpuPrecision::kFp32;
+  if (name == "fp16") return GpuPrecision::kFp16;
+  if (name == "bf16") return GpuPrecision::kBf16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown GPU precision '", name, "' (expected fp32, fp16 or bf16)"));
+}
+
 absl::Status BackendOptions::Validate() const {
   if (cpu_threads < 1 || cpu_threads > 256) {
     return absl::InvalidArgumentError(
@@ -78,6 +86,20 @@ void SetLogProbs(const float* log_probs, std::size_t count, BackendOutput* outpu
 }
 
 #ifdef JASPER_HAVE_CUDA
+namespace {
+CudaPrecision ToCudaPrecision(GpuPrecision precision) {
+  switch (precision) {
+    case GpuPrecision::kFp16:
+      return CudaPrecision::kFp16;
+    case GpuPrecision::kBf16:
+      return CudaPrecision::kBf16;
+    case GpuPrecision::kFp32:
+      break;
+  }
+  return CudaPrecision::kFp32;
+}
+}  // namespace
+
 bool CudaAvailable() { return kernels::cuda::CudaDeviceCount() > 0; }
 #else
 bool CudaAvailable() { return false; }
@@ -90,7 +112,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(std::shared_ptr<const Mod
   switch (options.device) {
     case Device::kCuda:
 #ifdef JASPER_HAVE_CUDA
-      return CreateCudaBackend(std::move(model), options);
+      return CreateCudaBackend(std::move(model), options, ToCudaPrecision(options.gpu_precision));
 #else
       return absl::FailedPreconditionError(
           "device 'cuda' requested but this build has no CUDA backend; use --device=cpu");
@@ -98,7 +120,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(std::shared_ptr<const Mod
     case Device::kAuto:
 #ifdef JASPER_HAVE_CUDA
       if (CudaAvailable()) {
-        auto cuda = CreateCudaBackend(model, options);
+        auto cuda = CreateCudaBackend(model, options, ToCudaPrecision(options.gpu_precision));
         if (cuda.ok()) return cuda;
         std::cerr << "jasper: CUDA backend unavailable (" << cuda.status().message()
                   << "); using the CPU backend\n";

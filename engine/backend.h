@@ -65,6 +65,12 @@ struct DeviceMemoryInfo {
 // "auto", "cpu" or "cuda".
 absl::StatusOr<Device> ParseDevice(const std::string& name);
 
+// Precision of activations and GEMM operands on a GPU; accumulation is FP32 in every case.
+// kFp32: CUDA-core FMA, matches the CPU backend (~1e-4 relative); kFp16 / kBf16: tensor cores.
+enum class GpuPrecision { kFp32, kFp16, kBf16 };
+// "fp32", "fp16" or "bf16".
+absl::StatusOr<GpuPrecision> ParseGpuPrecision(const std::string& name);
+
 struct BackendOptions {
   Device device = Device::kAuto;
   // CPU: intra-op threads per replica (each sub-block's frames split among them; the calling
@@ -78,6 +84,8 @@ struct BackendOptions {
   int max_batch = 8;
   int max_feature_frames = 1600;  // 16 s at 10 ms per frame
   int cuda_device = 0;
+  // GPU backends only (the CPU always runs FP32).
+  GpuPrecision gpu_precision = GpuPrecision::kFp32;
 
   absl::Status Validate() const;
 };

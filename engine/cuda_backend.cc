@@ -275,7 +275,10 @@ absl::Status CudaBackend::Init() {
   slots_ = std::vector<DeviceBuffer>(plan_.num_slots());
   set_time_.assign(plan_.num_length_sets(), 0);
   residual_x_.reserve(plan_.max_residuals());
-  return Reserve(options_.max_batch, options_.max_feature_frames);
+  if (absl::Status s = Reserve(options_.max_batch, options_.max_feature_frames); !s.ok()) return s;
+  // The weights went up with cudaMemcpy from pageable memory on the legacy stream, which
+  // `stream_` (non-blocking) does not wait for: finish them (and surface any error) here.
+  return CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
 const void* CudaBackend::Buffer(const PlanBuffer& buffer) const {
@@ -330,6 +333,12 @@ std::optional<DeviceMemoryInfo> CudaBackend::DeviceMemory() const {
 absl::Status CudaBackend::Reserve(int batch, int frames) {
   if (batch <= reserved_batch_ && frames <= reserved_frames_) return absl::OkStatus();
   absl::Status status = ReserveWorkspaces(batch, frames);
+  if (!status.ok()) {
+    // Some buffers may have been freed before a failed allocation: the next Run reserves
+    // again rather than trusting the old sizes.
+    reserved_batch_ = 0;
+    reserved_frames_ = 0;
+  }
   UpdateDeviceBytes();  // also after a failure: some buffers may have been freed or grown
   return status;
 }

@@ -37,6 +37,8 @@ ABSL_FLAG(std::string, model_name, "",
           "Name clients use in RecognitionConfig.model (default: model.json's name).");
 ABSL_FLAG(std::string, language_code, kDefaults.language_code, "BCP-47 language of the model.");
 ABSL_FLAG(std::string, device, kDefaults.device, "auto, cpu or cuda.");
+ABSL_FLAG(std::string, gpu_precision, kDefaults.gpu_precision,
+          "GPU activations and GEMM operands: fp32, fp16 or bf16 (FP32 accumulation).");
 ABSL_FLAG(int, num_workers, kDefaults.num_workers,
           "Backend replicas (scheduler worker threads); 0: one per core on the CPU backend (at "
           "most 64), 1 on CUDA. [0, 64]");
@@ -167,6 +169,7 @@ int main(int argc, char** argv) {
   options.model_name = absl::GetFlag(FLAGS_model_name);
   options.language_code = absl::GetFlag(FLAGS_language_code);
   options.device = absl::GetFlag(FLAGS_device);
+  options.gpu_precision = absl::GetFlag(FLAGS_gpu_precision);
   options.num_workers = absl::GetFlag(FLAGS_num_workers);
   options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   options.warmup = absl::GetFlag(FLAGS_warmup);

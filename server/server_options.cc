@@ -27,6 +27,10 @@ absl::Status ServerOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("device = '", device, "' is not one of auto, cpu, cuda"));
   }
+  if (gpu_precision != "fp32" && gpu_precision != "fp16" && gpu_precision != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpu_precision = '", gpu_precision, "' is not one of fp32, fp16, bf16"));
+  }
   absl::Status s;
   if (!(s = CheckRange("num_workers", num_workers, 0, 64)).ok()) return s;
   if (!(s = CheckRange("cpu_threads", cpu_threads, 1, 256)).ok()) return s;
@@ -72,8 +76,9 @@ std::string ServerOptions::ToString() const {
   std::string out;
   absl::StrAppendFormat(&out, "listen_address=%s model_dir=%s model_name=%s language_code=%s\n",
                         listen_address, model_dir, model_name, language_code);
-  absl::StrAppendFormat(&out, "device=%s num_workers=%d cpu_threads=%d warmup=%d\n", device,
-                        num_workers, cpu_threads, warmup);
+  absl::StrAppendFormat(&out,
+                        "device=%s gpu_precision=%s num_workers=%d cpu_threads=%d warmup=%d\n",
+                        device, gpu_precision, num_workers, cpu_threads, warmup);
   absl::StrAppendFormat(&out,
                         "max_concurrent_streams=%d max_message_bytes=%d max_stream_duration_ms=%d "
                         "idle_timeout_ms=%d shutdown_grace_ms=%d idle_memory_release_ms=%d\n",

@@ -30,6 +30,9 @@ struct ServerOptions {
 
   // "auto" (CUDA when built and present, else CPU), "cpu" or "cuda".
   std::string device = "auto";
+  // GPU only: "fp32" (CUDA cores, matches the CPU), "fp16" or "bf16" (tensor cores, FP32
+  // accumulation; greedy transcripts equal FP32's on the parity fixtures). Ignored on the CPU.
+  std::string gpu_precision = "fp32";
   // Backend replicas = scheduler worker threads. 0 (default): automatic, one per core
   // (std::thread::hardware_concurrency(), clamped to [1, 64]) on the CPU backend, 1 on CUDA.
   // In a container set it: the count is the node's (or cpuset's) cores, not the CPU limit.

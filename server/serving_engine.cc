@@ -96,6 +96,9 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const Serve
   BackendOptions backend_options;
   backend_options.device = *device;
   backend_options.cpu_threads = options.cpu_threads;
+  absl::StatusOr<GpuPrecision> precision = ParseGpuPrecision(options.gpu_precision);
+  if (!precision.ok()) return precision.status();
+  backend_options.gpu_precision = *precision;
   backend_options.max_batch = options.scheduler.max_batch_size;
   std::vector<std::unique_ptr<Backend>> replicas;
   std::vector<const Backend*> backends;  // owned by the scheduler below; for the metrics
@@ -177,7 +180,7 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const Serve
                options.num_workers == 0 ? " (auto)" : "",
                absl::StartsWith(engine->device_name_, "cpu")
                    ? absl::StrCat(", ", backend_options.cpu_threads, " intra-op thread(s) each")
-                   : std::string());
+                   : absl::StrCat(", ", options.gpu_precision));
   return engine;
 }
 

@@ -191,5 +191,27 @@ TEST(CpuThreadsTest, RejectsOutOfRangeThreadCounts) {
   }
 }
 
+TEST(BackendOptionsTest, DeviceAndGpuPrecisionNames) {
+  EXPECT_EQ(*ParseDevice("cpu"), Device::kCpu);
+  EXPECT_EQ(*ParseDevice("cuda"), Device::kCuda);
+  EXPECT_EQ(*ParseDevice("auto"), Device::kAuto);
+  EXPECT_EQ(ParseDevice("gpu").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseGpuPrecision("fp32"), GpuPrecision::kFp32);
+  EXPECT_EQ(*ParseGpuPrecision("fp16"), GpuPrecision::kFp16);
+  EXPECT_EQ(*ParseGpuPrecision("bf16"), GpuPrecision::kBf16);
+  for (const char* bad : {"", "FP16", "int8", "tf32"}) {
+    EXPECT_EQ(ParseGpuPrecision(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  // The CPU backend ignores the GPU precision.
+  auto model = Build(test_util::SeparableConfig(), 13);
+  ASSERT_NE(model, nullptr);
+  BackendOptions options;
+  options.device = Device::kCpu;
+  options.gpu_precision = GpuPrecision::kBf16;
+  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(model, options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->name(), "cpu");
+}
+
 }  // namespace
 }  // namespace jasper

@@ -628,6 +628,15 @@ TEST(ServerLimitsTest, IdleMemoryIsReleasedOnlyWhenNoCallIsOpen) {
   EXPECT_EQ(quiet.server()->engine()->idle_memory_releases(), 0);
 }
 
+TEST(ServerLimitsTest, UnknownGpuPrecisionIsRefused) {
+  ServerOptions options = MainOptions();
+  options.model_dir = "models/any";
+  EXPECT_TRUE(options.Validate().ok());
+  options.gpu_precision = "int8";
+  EXPECT_EQ(options.Validate().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(options.Validate().message(), HasSubstr("gpu_precision"));
+}
+
 TEST(ServerShutdownTest, NewCallsUnavailableOpenStreamsGetFinals) {
   ServerOptions options = MainOptions();
   options.shutdown_grace_ms = 5000;

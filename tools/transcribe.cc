@@ -21,6 +21,8 @@
 
 ABSL_FLAG(std::string, model_dir, "", "Model folder (model.json + model.safetensors).");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda.");
+ABSL_FLAG(std::string, gpu_precision, "fp32",
+          "GPU activations and GEMM operands: fp32, fp16 or bf16 (FP32 accumulation).");
 ABSL_FLAG(int, threads, 1,
           "Intra-op threads of the CPU backend replica (each sub-block split among them; results "
           "are identical for any value). [1, 256]");
@@ -69,8 +71,15 @@ int Run(const std::vector<char*>& files) {
                  std::string(model.status().message()).c_str());
     return 1;
   }
+  absl::StatusOr<jasper::GpuPrecision> precision =
+      jasper::ParseGpuPrecision(absl::GetFlag(FLAGS_gpu_precision));
+  if (!precision.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(precision.status().message()).c_str());
+    return 2;
+  }
   jasper::BackendOptions options;
   options.device = *device;
+  options.gpu_precision = *precision;
   options.cpu_threads = absl::GetFlag(FLAGS_threads);
   absl::StatusOr<std::unique_ptr<jasper::OfflineRecognizer>> recognizer =
       jasper::OfflineRecognizer::Create(*model, options);

@@ -80,6 +80,10 @@ __global__ void __launch_bounds__(kHeadThreads)
       best_index = other_index;
     }
   }
+  // Lane 0's winner for every lane: with NaN logits the comparison is no total order and the
+  // lanes could otherwise disagree.
+  best = __shfl_sync(0xffffffffu, best, 0);
+  best_index = __shfl_sync(0xffffffffu, best_index, 0);
   float sum = 0.0f;
   for (int v = lane; v < vocab; v += 32) sum += expf(Load(logits, row + v) - best);
 #pragma unroll

@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/cuda/sub_block_cuda.h"
@@ -426,15 +427,25 @@ Result FromCuda(cudaError_t error) {
   return Result{static_cast<int>(error), cudaGetErrorString(error)};
 }
 
+// Devices whose opt-in shared-memory limit has been granted to each kernel instantiation.
+constexpr int kMaxDevices = 64;
+
 template <typename T, int kTileN>
-Result Launch(const Params& params, int smem_bytes, int m_tiles, int n_tiles, Stream stream) {
+Result Launch(const Params& params, int smem_bytes, int device, int smem_limit, int m_tiles,
+              int n_tiles, Stream stream) {
   auto kernel = FusedSubBlockKernel<T, kTileN>;
   if (smem_bytes > 48 * 1024) {
-    // Opting in above 48 KiB is per kernel (and device); cheap, so done on every launch rather
-    // than cached in global state.
-    cudaError_t error =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-    if (error != cudaSuccess) return FromCuda(error);
+    // Opting in above 48 KiB is per kernel instantiation and device, and process-wide: grant the
+    // device's whole opt-in limit once, so that concurrent launches (one CUDA backend per
+    // worker) never lower it under each other. The value never changes, so racing setters agree.
+    static std::atomic<bool> granted[kMaxDevices];
+    const bool known = device >= 0 && device < kMaxDevices;
+    if (!known || !granted[device].load(std::memory_order_acquire)) {
+      cudaError_t error =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limit);
+      if (error != cudaSuccess) return FromCuda(error);
+      if (known) granted[device].store(true, std::memory_order_release);
+    }
   }
   const dim3 grid(static_cast<unsigned>(m_tiles), static_cast<unsigned>(n_tiles));
   kernel<<<grid, kThreads, smem_bytes, stream>>>(params);
@@ -442,15 +453,18 @@ Result Launch(const Params& params, int smem_bytes, int m_tiles, int n_tiles, St
 }
 
 template <int kTileN>
-Result LaunchPrecision(Precision precision, const Params& params, int smem_bytes, int m_tiles,
-                       int n_tiles, Stream stream) {
+Result LaunchPrecision(Precision precision, const Params& params, int smem_bytes, int device,
+                       int smem_limit, int m_tiles, int n_tiles, Stream stream) {
   switch (precision) {
     case Precision::kFp32:
-      return Launch<float, kTileN>(params, smem_bytes, m_tiles, n_tiles, stream);
+      return Launch<float, kTileN>(params, smem_bytes, device, smem_limit, m_tiles, n_tiles,
+                                   stream);
     case Precision::kFp16:
-      return Launch<__half, kTileN>(params, smem_bytes, m_tiles, n_tiles, stream);
+      return Launch<__half, kTileN>(params, smem_bytes, device, smem_limit, m_tiles, n_tiles,
+                                    stream);
     case Precision::kBf16:
-      return Launch<__nv_bfloat16, kTileN>(params, smem_bytes, m_tiles, n_tiles, stream);
+      return Launch<__nv_bfloat16, kTileN>(params, smem_bytes, device, smem_limit, m_tiles, n_tiles,
+                                           stream);
   }
   return Invalid("LaunchFusedSubBlock: unknown precision");
 }
@@ -547,11 +561,11 @@ Result LaunchFusedSubBlock(const DeviceSubBlock& sub_block, Precision precision,
   }
   const int n_tiles = sub_block.n_padded / tile_n;
   if (tile_n == kWideN) {
-    return LaunchPrecision<kWideN>(precision, params, smem_bytes, static_cast<int>(m_tiles),
-                                   n_tiles, stream);
+    return LaunchPrecision<kWideN>(precision, params, smem_bytes, device, smem_limit,
+                                   static_cast<int>(m_tiles), n_tiles, stream);
   }
-  return LaunchPrecision<kNarrowN>(precision, params, smem_bytes, static_cast<int>(m_tiles),
-                                   n_tiles, stream);
+  return LaunchPrecision<kNarrowN>(precision, params, smem_bytes, device, smem_limit,
+                                   static_cast<int>(m_tiles), n_tiles, stream);
 }
 
 }  // namespace jasper::kernels::cuda
