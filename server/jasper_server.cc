@@ -94,6 +94,9 @@ absl::StatusOr<std::unique_ptr<JasperServer>> JasperServer::Start(const ServerOp
       std::make_unique<CallInterceptorFactory>(server->engine_->metrics(), keys));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  // gRPC sets SO_REUSEPORT by default, so a second server on a port another gRPC server holds
+  // would start and silently share its connections. Refuse the port instead (UNAVAILABLE).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(server->asr_service_.get());
   builder.RegisterService(server->riva_service_.get());
   server->server_ = builder.BuildAndStart();

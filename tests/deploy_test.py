@@ -455,11 +455,21 @@ class ClientHealth(unittest.TestCase):
         model = os.path.join(ARGS.source_dir, "models", "quartznet_en_tts_small")
         log = tempfile.TemporaryFile(mode="w+")
         self.addCleanup(log.close)
-        server = subprocess.Popen([ARGS.server, f"--listen=127.0.0.1:{port}", f"--model_dir={model}",
+        # Port 0: the server picks a free one and logs it (`free_port()` above only finds a port
+        # with nothing listening; passing it on to a server could race with other tests).
+        server = subprocess.Popen([ARGS.server, "--listen=127.0.0.1:0", f"--model_dir={model}",
                                    "--device=cpu", "--num_workers=1", "--cpu_threads=1"],
                                   stdout=log, stderr=subprocess.STDOUT, env=QUIET_ENV)
         try:
             deadline = time.time() + 120  # a sanitizer build loads and warms up slowly
+            port = None
+            while port is None and time.time() < deadline and server.poll() is None:
+                time.sleep(0.1)
+                log.seek(0)
+                m = re.search(r"\(port (\d+)\)", log.read())
+                port = int(m.group(1)) if m else None
+            log.seek(0)
+            self.assertIsNotNone(port, "the server did not log its port; log:\n" + log.read())
             r = self.health(port)
             while r.returncode != 0 and time.time() < deadline and server.poll() is None:
                 time.sleep(0.2)

@@ -628,6 +628,20 @@ TEST(ServerLimitsTest, IdleMemoryIsReleasedOnlyWhenNoCallIsOpen) {
   EXPECT_EQ(quiet.server()->engine()->idle_memory_releases(), 0);
 }
 
+// A port another server holds is refused (gRPC's default SO_REUSEPORT would let both start
+// and split the connections between them).
+TEST(ServerLimitsTest, PortInUseIsUnavailable) {
+  Server first(MainOptions());
+  ASSERT_NE(first.server(), nullptr);
+  ServerOptions options = MainOptions();
+  options.model_dir = TestModelDir();
+  options.listen_address = absl::StrCat("127.0.0.1:", first.server()->port());
+  absl::StatusOr<std::unique_ptr<JasperServer>> second = JasperServer::Start(options);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+  EXPECT_EQ(first.HealthStatus(), 1);
+}
+
 TEST(ServerLimitsTest, UnknownGpuPrecisionIsRefused) {
   ServerOptions options = MainOptions();
   options.model_dir = "models/any";

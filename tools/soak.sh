@@ -22,15 +22,32 @@ GRACE_MS=${GRACE_MS:-5000}
 MAX_MESSAGE_BYTES=1048576
 AUDIO=$(ls tests/fixtures/audio/*.wav tests/fixtures/heldout/heldout_0[0-5].wav | paste -sd, -)
 
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# Port 0: the server picks a free port and logs it (a port picked here and passed on could be
+# taken by another process in between). The log exists before the server starts.
 SERVER_LOG=$(mktemp /tmp/jasper-soak-server.XXXXXX.log)
-"$SERVER_BIN" --model_dir="$MODEL_DIR" --listen="127.0.0.1:$PORT" \
+"$SERVER_BIN" --model_dir="$MODEL_DIR" --listen=127.0.0.1:0 \
   --max_message_bytes=$MAX_MESSAGE_BYTES --shutdown_grace_ms="$GRACE_MS" \
-  --max_concurrent_streams=1000 --num_workers="${NUM_WORKERS:-1}" --log_level="${SERVER_LOG_LEVEL:-warn}" \
+  --max_concurrent_streams=1000 --num_workers="${NUM_WORKERS:-1}" --log_level="${SERVER_LOG_LEVEL:-info}" \
   >"$SERVER_LOG" 2>&1 &
 SERVER_PID=$!
 cleanup() { kill -9 "$SERVER_PID" 2>/dev/null || true; }
 trap cleanup EXIT
+PORT=""
+for _ in $(seq 1 600); do
+  PORT=$(sed -n 's/.*(port \([0-9][0-9]*\)).*/\1/p' "$SERVER_LOG" | head -n1)
+  [ -n "$PORT" ] && break
+  if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+    cat "$SERVER_LOG" >&2
+    echo "soak: jasper-server exited before serving" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+if [ -z "$PORT" ]; then
+  cat "$SERVER_LOG" >&2
+  echo "soak: jasper-server did not start within 60 s" >&2
+  exit 1
+fi
 
 START=$(date +%s)
 set +e
