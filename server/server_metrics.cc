@@ -139,26 +139,23 @@ bool ServerMetrics::AddDeviceMemoryGauges(std::vector<const Backend*> backends) 
   });
   if (!any) return false;
   MetricsRegistry& r = registry_;
-  r.AddCallbackGauge(
-      "jasper_gpu_memory_used_bytes",
-      "GPU memory in use on the device (all processes; total - free as the "
-      "driver reports it). Only on GPU backends.",
-      {"device"}, [backends] {
-        std::vector<GaugeSample> samples;
-        for (const auto& [device, info] : ReadDevices(backends)) {
-          samples.push_back({{std::to_string(device)}, static_cast<double>(info.used_bytes)});
-        }
-        return samples;
-      });
-  r.AddCallbackGauge(
-      "jasper_gpu_memory_total_bytes", "GPU memory of the device. Only on GPU backends.",
-      {"device"}, [backends] {
-        std::vector<GaugeSample> samples;
-        for (const auto& [device, info] : ReadDevices(backends)) {
-          samples.push_back({{std::to_string(device)}, static_cast<double>(info.total_bytes)});
-        }
-        return samples;
-      });
+  // One sample per device of the field `bytes` of its DeviceMemoryInfo.
+  auto per_device = [backends](int64_t DeviceMemoryInfo::*bytes) {
+    return [backends, bytes] {
+      std::vector<GaugeSample> samples;
+      for (const auto& [device, info] : ReadDevices(backends)) {
+        samples.push_back({{std::to_string(device)}, static_cast<double>(info.*bytes)});
+      }
+      return samples;
+    };
+  };
+  r.AddCallbackGauge("jasper_gpu_memory_used_bytes",
+                     "GPU memory in use on the device (all processes; total - free as the "
+                     "driver reports it). Only on GPU backends.",
+                     {"device"}, per_device(&DeviceMemoryInfo::used_bytes));
+  r.AddCallbackGauge("jasper_gpu_memory_total_bytes",
+                     "GPU memory of the device. Only on GPU backends.", {"device"},
+                     per_device(&DeviceMemoryInfo::total_bytes));
   r.AddCallbackGauge(
       "jasper_backend_device_memory_bytes",
       "Device memory each backend replica holds for its weights and workspaces "

@@ -22,11 +22,7 @@
 namespace jasper {
 namespace {
 
-std::shared_ptr<const Model> Build(const ModelConfig& config, unsigned seed) {
-  auto model = Model::FromParts(config, SerializeSafetensors(test_util::MakeTensors(config, seed)));
-  EXPECT_TRUE(model.ok()) << model.status();
-  return model.ok() ? *model : nullptr;
-}
+using test_util::BuildModel;
 
 std::unique_ptr<Backend> MakeCpu(const std::shared_ptr<const Model>& model, int threads,
                                  bool reference = false) {
@@ -98,7 +94,7 @@ TEST(CpuThreadPoolTest, RunsEveryPartOncePerStep) {
 TEST(CpuThreadsTest, AnyThreadCountGivesTheSameBits) {
   for (const ModelConfig& config :
        {test_util::SeparableConfig(), test_util::DenseResidualConfig()}) {
-    auto model = Build(config, 11);
+    auto model = BuildModel(config, 11);
     ASSERT_NE(model, nullptr);
     const int features = config.feat_in;
     const Batch batch = MakeBatch(features, {613, 1, 0, 257}, 613, 3);
@@ -133,7 +129,7 @@ TEST(CpuThreadsTest, AnyThreadCountGivesTheSameBits) {
 // Several replicas, each with its own pool, run concurrently from their own threads (the server's
 // workers), and one 3-thread replica runs many batches in a row: same bits every time.
 TEST(CpuThreadsTest, ConcurrentReplicasAndRepeatedRuns) {
-  auto model = Build(test_util::SeparableConfig(), 12);
+  auto model = BuildModel(test_util::SeparableConfig(), 12);
   ASSERT_NE(model, nullptr);
   const int features = model->config().feat_in;
   const Batch batch = MakeBatch(features, {300, 129, 7, 300}, 300, 5);
@@ -181,7 +177,7 @@ TEST(CpuThreadsTest, ConcurrentReplicasAndRepeatedRuns) {
 }
 
 TEST(CpuThreadsTest, RejectsOutOfRangeThreadCounts) {
-  auto model = Build(test_util::SeparableConfig(), 13);
+  auto model = BuildModel(test_util::SeparableConfig(), 13);
   ASSERT_NE(model, nullptr);
   for (int threads : {0, -1, 257}) {
     BackendOptions options;
@@ -203,7 +199,7 @@ TEST(BackendOptionsTest, DeviceAndGpuPrecisionNames) {
     EXPECT_EQ(ParseGpuPrecision(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
   // The CPU backend ignores the GPU precision.
-  auto model = Build(test_util::SeparableConfig(), 13);
+  auto model = BuildModel(test_util::SeparableConfig(), 13);
   ASSERT_NE(model, nullptr);
   BackendOptions options;
   options.device = Device::kCpu;

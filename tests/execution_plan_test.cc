@@ -24,11 +24,7 @@
 namespace jasper {
 namespace {
 
-std::shared_ptr<const Model> Build(const ModelConfig& config, unsigned seed) {
-  auto model = Model::FromParts(config, SerializeSafetensors(test_util::MakeTensors(config, seed)));
-  EXPECT_TRUE(model.ok()) << model.status();
-  return model.ok() ? *model : nullptr;
-}
+using test_util::BuildModel;
 
 // Activation ids as the plan sees them: 0 = features, 1 + b = output of block b; intermediate
 // sub-block outputs get ids from 1000 on.
@@ -75,7 +71,7 @@ void ExpectBuffersHoldWhatIsRead(const Model& model, const ExecutionPlan& plan) 
 }
 
 TEST(ExecutionPlanTest, SeparableModelWalk) {
-  auto model = Build(test_util::SeparableConfig(), 1);
+  auto model = BuildModel(test_util::SeparableConfig(), 1);
   ASSERT_NE(model, nullptr);
   absl::StatusOr<ExecutionPlan> plan = ExecutionPlan::Create(*model);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -90,7 +86,7 @@ TEST(ExecutionPlanTest, SeparableModelWalk) {
 }
 
 TEST(ExecutionPlanTest, DenseResidualKeepsEveryPaneLive) {
-  auto model = Build(test_util::DenseResidualConfig(), 2);
+  auto model = BuildModel(test_util::DenseResidualConfig(), 2);
   ASSERT_NE(model, nullptr);
   absl::StatusOr<ExecutionPlan> plan = ExecutionPlan::Create(*model);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -100,7 +96,7 @@ TEST(ExecutionPlanTest, DenseResidualKeepsEveryPaneLive) {
 }
 
 TEST(ExecutionPlanTest, ShapesFollowConvOutputLength) {
-  auto model = Build(test_util::SeparableConfig(), 3);
+  auto model = BuildModel(test_util::SeparableConfig(), 3);
   ASSERT_NE(model, nullptr);
   absl::StatusOr<ExecutionPlan> plan = ExecutionPlan::Create(*model);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -138,7 +134,7 @@ TEST(ExecutionPlanTest, ShapesFollowConvOutputLength) {
 TEST(ExecutionPlanTest, CpuBackendMatchesFoldedForward) {
   for (const ModelConfig& config :
        {test_util::SeparableConfig(), test_util::DenseResidualConfig()}) {
-    auto model = Build(config, 4);
+    auto model = BuildModel(config, 4);
     ASSERT_NE(model, nullptr);
     BackendOptions options;
     options.device = Device::kCpu;

@@ -228,6 +228,13 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// MakeRandomModel for tests: a failure is a test failure and gives nullptr.
+inline std::shared_ptr<const Model> BuildModel(const ModelConfig& config, unsigned seed) {
+  absl::StatusOr<std::shared_ptr<const Model>> model = MakeRandomModel(config, seed);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *model : nullptr;
+}
+
 // Writes model.json and model.safetensors into `dir` and loads the folder.
 inline absl::StatusOr<std::shared_ptr<const Model>> WriteAndLoad(const TempDir& dir,
                                                                  const std::string& json_text,

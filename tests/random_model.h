@@ -14,7 +14,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "engine/model.h"
 #include "engine/model_config.h"
+#include "engine/safetensors.h"
 
 namespace jasper::test_util {
 
@@ -213,6 +216,12 @@ inline Tensors MakeTensors(const ModelConfig& config, unsigned seed,
                                           Random(rng, n * config.decoder_feat_in, -1, 1)};
   t["decoder.decoder_layers.0.bias"] = {{n}, Random(rng, n, -1, 1)};
   return t;
+}
+
+// A loaded Model with MakeTensors(config, seed, init) weights (no files written).
+inline absl::StatusOr<std::shared_ptr<const Model>> MakeRandomModel(
+    const ModelConfig& config, unsigned seed, WeightInit init = WeightInit::kTest) {
+  return Model::FromParts(config, SerializeSafetensors(MakeTensors(config, seed, init)));
 }
 
 }  // namespace jasper::test_util

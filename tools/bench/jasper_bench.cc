@@ -439,8 +439,7 @@ Json RunSubBlockCase(const SubBlockCase& c, int threads, const TimingPlan& plan,
 // Random variance-preserving weights (tests/random_model.h, shared with the tests).
 absl::StatusOr<std::shared_ptr<const Model>> BuildQuartzNet() {
   const ModelConfig config = test_util::QuartzNet15x5Config();
-  return Model::FromParts(config, SerializeSafetensors(test_util::MakeTensors(
-                                      config, 20261202, test_util::WeightInit::kUnitVariance)));
+  return test_util::MakeRandomModel(config, 20261202, test_util::WeightInit::kUnitVariance);
 }
 
 struct ModelCase {
