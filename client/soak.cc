@@ -251,9 +251,11 @@ bool HealthServing(const std::shared_ptr<grpc::Channel>& channel) {
 }
 
 // One streaming call following `scenario`; `stop` cuts a normal stream short (it then
-// half-closes early and still expects its final).
+// half-closes early and still expects its final). `wait_for_ready` makes the call wait out
+// a channel that is still connecting (warm-up only: the load and shutdown phases must see
+// UNAVAILABLE as it happens).
 Outcome RunStream(asr::Asr::Stub* stub, const AudioFile& file, Scenario scenario, std::mt19937* rng,
-                  double speed, int max_message_bytes) {
+                  double speed, int max_message_bytes, bool wait_for_ready = false) {
   Outcome out;
   std::uniform_int_distribution<int> chunk_dist(1, 12000);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
@@ -274,6 +276,7 @@ Outcome RunStream(asr::Asr::Stub* stub, const AudioFile& file, Scenario scenario
 
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(180));
+  context.set_wait_for_ready(wait_for_ready);
   auto stream = stub->StreamingRecognize(&context);
   std::atomic<bool> cancelled{false};
 
@@ -476,7 +479,7 @@ int main(int argc, char** argv) {
         std::mt19937 rng(absl::GetFlag(FLAGS_seed) + 100 + t);
         for (int i = 0; i < 2; ++i) {
           const Outcome o = RunStream(stub.get(), files[rng() % files.size()], Scenario::kNormal,
-                                      &rng, 0, max_msg);
+                                      &rng, 0, max_msg, /*wait_for_ready=*/true);
           std::string why;
           stats.Record("warmup", Scenario::kNormal, o, Judge(Scenario::kNormal, o, false, &why),
                        why);

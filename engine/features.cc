@@ -238,15 +238,15 @@ int Featurizer::ValidFrames(int num_samples) const {
   return static_cast<int>(std::max<int64_t>(frames, 0));
 }
 
-absl::StatusOr<int> Featurizer::CheckInput(absl::Span<const float> samples, int min_valid) const {
-  if (samples.empty()) return absl::InvalidArgumentError("featurizer: empty audio");
+absl::StatusOr<int> Featurizer::CheckLength(size_t num_samples, int min_valid) const {
+  if (num_samples == 0) return absl::InvalidArgumentError("featurizer: empty audio");
   // Keeps every index (padded length, frame starts) well inside int.
   const size_t max_samples = static_cast<size_t>(INT_MAX / 2) - config_.n_fft;
-  if (samples.size() > max_samples) {
+  if (num_samples > max_samples) {
     return absl::InvalidArgumentError(
-        absl::StrCat("featurizer: audio too long (", samples.size(), " samples)"));
+        absl::StrCat("featurizer: audio too long (", num_samples, " samples)"));
   }
-  const int length = static_cast<int>(samples.size());
+  const int length = static_cast<int>(num_samples);
   const int pad = config_.n_fft / 2;
   if (config_.stft_mode == StftMode::kLegacy && length <= pad) {
     // torch.stft's reflect padding needs the signal to be longer than the pad.
@@ -261,12 +261,32 @@ absl::StatusOr<int> Featurizer::CheckInput(absl::Span<const float> samples, int 
         "featurizer: audio too short: ", length, " samples give ", valid, " valid frame(s), ",
         min_valid == 2 ? "per_feature normalisation needs at least 2" : "need at least 1"));
   }
-  for (int i = 0; i < length; ++i) {
+  return valid;
+}
+
+absl::StatusOr<int> Featurizer::CheckInput(absl::Span<const float> samples, int min_valid) const {
+  absl::StatusOr<int> valid = CheckLength(samples.size(), min_valid);
+  if (!valid.ok()) return valid.status();
+  for (size_t i = 0; i < samples.size(); ++i) {
     if (!std::isfinite(samples[i])) {
       return absl::InvalidArgumentError(absl::StrCat("featurizer: sample ", i, " is not finite"));
     }
   }
   return valid;
+}
+
+int Featurizer::PadFrames(int frames) const {
+  if (config_.pad_to > 0 && frames % config_.pad_to != 0) {
+    frames += config_.pad_to - frames % config_.pad_to;
+  }
+  return frames;
+}
+
+absl::StatusOr<int> Featurizer::PaddedFrames(size_t num_samples) const {
+  absl::StatusOr<int> valid =
+      CheckLength(num_samples, config_.normalize == "per_feature" ? 2 : 1);
+  if (!valid.ok()) return valid.status();
+  return PadFrames(StftFrames(static_cast<int>(num_samples)));
 }
 
 void Featurizer::LogMel(absl::Span<const float> samples, int num_frames,
@@ -339,11 +359,7 @@ absl::StatusOr<Features> Featurizer::Compute(absl::Span<const float> samples) co
   absl::StatusOr<int> valid = CheckInput(samples, normalize ? 2 : 1);
   if (!valid.ok()) return valid.status();
   const int features = config_.features;
-  const int frames = StftFrames(static_cast<int>(samples.size()));
-  int padded = frames;
-  if (config_.pad_to > 0 && frames % config_.pad_to != 0) {
-    padded += config_.pad_to - frames % config_.pad_to;
-  }
+  const int padded = PadFrames(StftFrames(static_cast<int>(samples.size())));
 
   std::vector<double> logmel;
   LogMel(samples, *valid, &logmel);

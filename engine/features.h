@@ -12,6 +12,7 @@
 #ifndef JASPER_ENGINE_FEATURES_H_
 #define JASPER_ENGINE_FEATURES_H_
 
+#include <cstddef>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -43,6 +44,10 @@ class Featurizer {
   // Number of valid frames NeMo reports for `num_samples` samples.
   int ValidFrames(int num_samples) const;
 
+  // The padded_frames Compute() gives for `num_samples` samples, with Compute()'s length errors
+  // (empty, too long, too short), without computing anything.
+  absl::StatusOr<int> PaddedFrames(size_t num_samples) const;
+
   // samples: mono audio at config.sample_rate, float in [-1, 1].
   // padded_frames = the STFT frame count 1 + L/hop rounded up to a multiple of pad_to (as NeMo:
   // in kNemo25 mode the last STFT frame is beyond seq_len and holds pad_value).
@@ -65,6 +70,10 @@ class Featurizer {
   void LogMel(absl::Span<const float> samples, int num_frames, std::vector<double>* out) const;
   // Shared checks of Compute/ComputeUnnormalized; returns the valid frame count (>= min_valid).
   absl::StatusOr<int> CheckInput(absl::Span<const float> samples, int min_valid) const;
+  // The length part of CheckInput.
+  absl::StatusOr<int> CheckLength(size_t num_samples, int min_valid) const;
+  // `frames` rounded up to a multiple of pad_to.
+  int PadFrames(int frames) const;
   // Number of frames torch.stft(center=True) yields: 1 + (L + 2*(n_fft/2) - n_fft) / hop.
   int StftFrames(int num_samples) const;
 

@@ -242,11 +242,10 @@ absl::Status StreamSession::Impl::Init() {
           ? 0
           : static_cast<int>(std::ceil(options_.endpoint_silence_ms / ms_per_frame_ - 1e-9));
   // The padded size of a full window; every window is padded to it (one bucket).
-  const std::vector<float> silence(
-      static_cast<size_t>(left_samples_ + chunk_samples_ + right_samples_), 0.0f);
-  absl::StatusOr<Features> f = featurizer_.Compute(silence);
-  if (!f.ok()) return f.status();
-  window_padded_frames_ = f->padded_frames;
+  absl::StatusOr<int> padded = featurizer_.PaddedFrames(
+      static_cast<size_t>(left_samples_ + chunk_samples_ + right_samples_));
+  if (!padded.ok()) return padded.status();
+  window_padded_frames_ = *padded;
   return absl::OkStatus();
 }
 

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/features.h"
 #include "engine/fft.h"
 #include "engine/model_config.h"
@@ -300,6 +301,31 @@ TEST(FeaturizerTest, ErrorsForEmptyShortAndNonFiniteAudio) {
   std::vector<float> bad = x;
   bad[17] = std::nanf("");
   EXPECT_FALSE(legacy.Compute(bad).ok());
+}
+
+// PaddedFrames() must agree with Compute() on every length, success and error alike (the
+// streaming session sizes its windows with it).
+TEST(FeaturizerTest, PaddedFramesAgreesWithCompute) {
+  for (StftMode mode : {StftMode::kLegacy, StftMode::kNemo25}) {
+    for (int pad_to : {0, 8, 16, 13}) {
+      for (const char* normalize : {"per_feature", "none"}) {
+        const Featurizer f = MakeFeaturizer(mode, pad_to, 0.0, normalize);
+        for (int length : {0, 1, 159, 160, 200, 256, 257, 319, 320, 321, 4000, 12345, 16160}) {
+          SCOPED_TRACE(absl::StrCat(static_cast<int>(mode), " ", pad_to, " ", normalize, " ",
+                                    length));
+          const std::vector<float> x = TestSignal(length);
+          absl::StatusOr<Features> full = f.Compute(x);
+          absl::StatusOr<int> padded = f.PaddedFrames(x.size());
+          ASSERT_EQ(padded.status(), full.status());
+          if (full.ok()) {
+            EXPECT_EQ(*padded, full->padded_frames);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(MakeFeaturizer(StftMode::kLegacy).PaddedFrames(size_t{1} << 31).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(FeaturizerTest, CreateValidates) {
