@@ -369,6 +369,14 @@ std::vector<Case> SpecialCases() {
   add("SepWideK1000", true, 5, 1, 1, -1, 600, 47, 40, 3, {300, 17}, relu, true, Lengths::kMixed);
   add("DenseK3D1Wide", false, 3, 1, 1, -1, 300, 21, 300, 2, {13}, relu, true, Lengths::kMixed);
   add("DenseK3D2Wide", false, 3, 1, 2, -1, 130, 21, 300, 2, {}, relu, true, Lengths::kMixed);
+  // Even tap counts (the AVX2 depthwise takes taps in pairs; odd counts end with a single tap),
+  // frames that are not a multiple of its 12-frame group, channel counts whose last 16-channel
+  // block has 4, 8 or 12 valid lanes, dilation 1 and 2 (padding 'valid' where 'same' needs an
+  // odd kernel).
+  add("SepEvenK4D1", true, 4, 1, 1, 0, 20, 9, 61, 3, {}, relu, true, Lengths::kMixed);
+  add("SepEvenK2D2", true, 2, 1, 2, 0, 24, 9, 61, 3, {}, id, true, Lengths::kMixed);
+  add("SepEvenK30D1", true, 30, 1, 1, 3, 28, 17, 97, 2, {5}, relu, true, Lengths::kFull);
+  add("SepEvenK30D2", true, 30, 1, 2, 5, 44, 17, 130, 2, {}, relu, true, Lengths::kMixed);
   // Batch 1 with full, short, 1 and 0 lengths; T = 1.
   add("SepBatch1Full", true, 11, 1, 1, -1, 64, 64, 130, 1, {64}, relu, true, Lengths::kFull);
   add("SepBatch1Short", true, 75, 1, 1, -1, 13, 13, 257, 1, {}, relu, true, Lengths::kShort);

@@ -152,7 +152,94 @@ JASPER_ALWAYS_INLINE void DepthwiseBlock(const float* __restrict window, Index r
   }
 }
 
+// Stride-1 depthwise of `Frames` consecutive output frames for 8 channels (one vector: half of a
+// 16-channel block). Taps go in pairs (k, k+1): each input row of the pair's span is loaded once
+// and feeds tap k of frame j and tap k+1 of frame j - Dil from registers, so a pair costs
+// Frames + Dil + 2 loads for 2 * Frames FMAs (12 frames: 15 loads per 24 FMAs, where
+// DepthwiseBlock<6> needs 14 per 12). Registers: Frames accumulators + 2 weights + 1 input = 15
+// of AVX2's 16. The sum per output still runs over the taps in ascending order. `window` and `w`
+// point at this half's first lane; rows are kChannelBlock floats apart. Writes `valid` (1..8)
+// channels of each frame.
+template <int Frames, int Dil>
+JASPER_ALWAYS_INLINE void DepthwiseHalfPairs(const float* __restrict window,
+                                             const float* __restrict w, int taps,
+                                             float* __restrict out, Index out_stride, int valid) {
+  Vec8 acc[Frames];
+  for (int f = 0; f < Frames; ++f) acc[f] = Vec8{};
+  int k = 0;
+  for (; k + 2 <= taps; k += 2) {
+    const float* xk = window + static_cast<Index>(k) * Dil * kChannelBlock;
+#if defined(__GNUC__)
+    // Opaque to the optimiser: otherwise GCC carries the rows that the next pair reads again
+    // across iterations in registers (predictive commoning) and spills the accumulators.
+    asm("" : "+r"(xk));
+#endif
+    Vec8 w0, w1;
+    LoadVec(w + static_cast<Index>(k) * kChannelBlock, &w0);
+    LoadVec(w + static_cast<Index>(k + 1) * kChannelBlock, &w1);
+#pragma GCC unroll 16
+    for (int j = 0; j < Frames + Dil; ++j) {
+      Vec8 x;
+      LoadVec(xk + j * kChannelBlock, &x);
+#if defined(__GNUC__)
+      asm("" : "+x"(x));  // one load into a register, used by both taps (not folded twice)
+#endif
+      if (j < Frames) acc[j] += w0 * x;
+      if (j >= Dil) acc[j - Dil] += w1 * x;
+    }
+  }
+  if (k < taps) {  // odd tap count: the last tap alone
+    const float* xk = window + static_cast<Index>(k) * Dil * kChannelBlock;
+    Vec8 w0;
+    LoadVec(w + static_cast<Index>(k) * kChannelBlock, &w0);
+#pragma GCC unroll 16
+    for (int f = 0; f < Frames; ++f) {
+      Vec8 x;
+      LoadVec(xk + f * kChannelBlock, &x);
+      acc[f] += w0 * x;
+    }
+  }
+  for (int f = 0; f < Frames; ++f) {
+    float* o = out + f * out_stride;
+    if (valid == kVecWidth) {
+      StoreVec(&acc[f], o);
+    } else {
+      float lanes[kVecWidth];
+      StoreVec(&acc[f], lanes);
+      std::memcpy(o, lanes, sizeof(float) * valid);
+    }
+  }
+}
+
+// Frames per DepthwiseHalfPairs call.
+constexpr int kPairFrames = 12;
+
+// Frames [0, frames - frames % kPairFrames) of one 16-channel block with DepthwiseHalfPairs
+// (stride 1, dilation Dil); returns the number of frames done.
+template <int Dil>
+JASPER_ALWAYS_INLINE int DepthwisePairsBlock(const float* win, const float* w, int taps,
+                                             int frames, float* out, Index out_stride,
+                                             int valid) {
+  const int done = frames - frames % kPairFrames;
+  for (int half = 0; half < 2; ++half) {
+    const int lanes = std::min(kVecWidth, valid - half * kVecWidth);
+    if (lanes <= 0) break;
+    for (int f = 0; f < done; f += kPairFrames) {
+      DepthwiseHalfPairs<kPairFrames, Dil>(win + static_cast<Index>(f) * kChannelBlock +
+                                               half * kVecWidth,
+                                           w + half * kVecWidth, taps,
+                                           out + static_cast<Index>(f) * out_stride +
+                                               half * kVecWidth,
+                                           out_stride, lanes);
+    }
+  }
+  return done;
+}
+
 // Depthwise conv of a whole tile: out[frames, channels] from the channel-blocked window.
+// kPairs: stride-1 tiles with dilation 1 or 2 use DepthwiseHalfPairs for whole groups of
+// kPairFrames frames (needs 16 vector registers: the AVX2 build only).
+template <bool kPairs>
 JASPER_ALWAYS_INLINE void DepthwiseTileImpl(const float* window, Index block_stride, int stride,
                                             int dilation, const float* packed_w, int taps,
                                             int channels, int frames, float* out) {
@@ -164,6 +251,11 @@ JASPER_ALWAYS_INLINE void DepthwiseTileImpl(const float* window, Index block_str
     const float* win = window + blk * block_stride;
     const float* w = packed_w + static_cast<Index>(blk) * taps * kChannelBlock;
     int f = 0;
+    if (kPairs && stride == 1 && dilation == 1) {
+      f = DepthwisePairsBlock<1>(win, w, taps, frames, out + c0, channels, valid);
+    } else if (kPairs && stride == 1 && dilation == 2) {
+      f = DepthwisePairsBlock<2>(win, w, taps, frames, out + c0, channels, valid);
+    }
     for (; f + kFrameBlock <= frames; f += kFrameBlock) {
       DepthwiseBlock<kFrameBlock>(win + f * row_step, row_step, tap_step, w, taps,
                                   out + static_cast<Index>(f) * channels + c0, channels, valid);
@@ -198,7 +290,8 @@ JASPER_ALWAYS_INLINE void DepthwiseTileImpl(const float* window, Index block_str
 // loop, so it gets an AVX2+FMA clone picked at run time. The GEMMs are OpenBLAS's own kernels.
 void DepthwiseTileGeneric(const float* window, Index block_stride, int stride, int dilation,
                           const float* packed_w, int taps, int channels, int frames, float* out) {
-  DepthwiseTileImpl(window, block_stride, stride, dilation, packed_w, taps, channels, frames, out);
+  DepthwiseTileImpl<false>(window, block_stride, stride, dilation, packed_w, taps, channels, frames,
+                           out);
 }
 
 #if JASPER_X86_DISPATCH
@@ -206,7 +299,8 @@ __attribute__((target("avx2,fma"))) void DepthwiseTileAvx2(const float* window, 
                                                            int stride, int dilation,
                                                            const float* packed_w, int taps,
                                                            int channels, int frames, float* out) {
-  DepthwiseTileImpl(window, block_stride, stride, dilation, packed_w, taps, channels, frames, out);
+  DepthwiseTileImpl<true>(window, block_stride, stride, dilation, packed_w, taps, channels, frames,
+                          out);
 }
 #endif
 
