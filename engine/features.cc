@@ -283,8 +283,7 @@ int Featurizer::PadFrames(int frames) const {
 }
 
 absl::StatusOr<int> Featurizer::PaddedFrames(size_t num_samples) const {
-  absl::StatusOr<int> valid =
-      CheckLength(num_samples, config_.normalize == "per_feature" ? 2 : 1);
+  absl::StatusOr<int> valid = CheckLength(num_samples, config_.normalize == "per_feature" ? 2 : 1);
   if (!valid.ok()) return valid.status();
   return PadFrames(StftFrames(static_cast<int>(num_samples)));
 }

@@ -311,8 +311,8 @@ TEST(FeaturizerTest, PaddedFramesAgreesWithCompute) {
       for (const char* normalize : {"per_feature", "none"}) {
         const Featurizer f = MakeFeaturizer(mode, pad_to, 0.0, normalize);
         for (int length : {0, 1, 159, 160, 200, 256, 257, 319, 320, 321, 4000, 12345, 16160}) {
-          SCOPED_TRACE(absl::StrCat(static_cast<int>(mode), " ", pad_to, " ", normalize, " ",
-                                    length));
+          SCOPED_TRACE(
+              absl::StrCat(static_cast<int>(mode), " ", pad_to, " ", normalize, " ", length));
           const std::vector<float> x = TestSignal(length);
           absl::StatusOr<Features> full = f.Compute(x);
           absl::StatusOr<int> padded = f.PaddedFrames(x.size());

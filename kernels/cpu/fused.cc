@@ -217,20 +217,16 @@ constexpr int kPairFrames = 12;
 // Frames [0, frames - frames % kPairFrames) of one 16-channel block with DepthwiseHalfPairs
 // (stride 1, dilation Dil); returns the number of frames done.
 template <int Dil>
-JASPER_ALWAYS_INLINE int DepthwisePairsBlock(const float* win, const float* w, int taps,
-                                             int frames, float* out, Index out_stride,
-                                             int valid) {
+JASPER_ALWAYS_INLINE int DepthwisePairsBlock(const float* win, const float* w, int taps, int frames,
+                                             float* out, Index out_stride, int valid) {
   const int done = frames - frames % kPairFrames;
   for (int half = 0; half < 2; ++half) {
     const int lanes = std::min(kVecWidth, valid - half * kVecWidth);
     if (lanes <= 0) break;
     for (int f = 0; f < done; f += kPairFrames) {
-      DepthwiseHalfPairs<kPairFrames, Dil>(win + static_cast<Index>(f) * kChannelBlock +
-                                               half * kVecWidth,
-                                           w + half * kVecWidth, taps,
-                                           out + static_cast<Index>(f) * out_stride +
-                                               half * kVecWidth,
-                                           out_stride, lanes);
+      DepthwiseHalfPairs<kPairFrames, Dil>(
+          win + static_cast<Index>(f) * kChannelBlock + half * kVecWidth, w + half * kVecWidth,
+          taps, out + static_cast<Index>(f) * out_stride + half * kVecWidth, out_stride, lanes);
     }
   }
   return done;
