@@ -319,6 +319,8 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Build(const ModelConfig& con
 
   absl::Status leftovers = source.CheckAllUsed();
   if (!leftovers.ok()) return leftovers;
+  JASPER_ASSIGN_OR_RETURN(featurizer, Featurizer::Create(f, model->filterbank_));
+  model->featurizer_.emplace(std::move(featurizer));
   return std::shared_ptr<const Model>(std::move(model));
 }
 

@@ -7,10 +7,12 @@
 #define JASPER_ENGINE_MODEL_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/features.h"
 #include "engine/model_config.h"
 #include "kernels/sub_block.h"
 
@@ -53,6 +55,10 @@ class Model {
   // Mel filterbank [features, n_fft/2+1] taken from the checkpoint's
   // preprocessor.featurizer.fb when present (empty otherwise: the featurizer computes it).
   const std::vector<float>& filterbank() const { return filterbank_; }
+  // The featurizer of config().featurizer with filterbank(), built once at load (a featurizer
+  // config that Featurizer::Create rejects fails the load). Immutable and reentrant: every
+  // session and recognizer of this model shares it.
+  const Featurizer& featurizer() const { return *featurizer_; }
 
  private:
   Model() = default;
@@ -63,6 +69,7 @@ class Model {
   std::vector<FoldedBlock> blocks_;
   FoldedSubBlock decoder_;
   std::vector<float> filterbank_;
+  std::optional<Featurizer> featurizer_;  // always set once Build() succeeds
 };
 
 }  // namespace jasper

@@ -7,9 +7,9 @@
 
 namespace jasper {
 
-OfflineRecognizer::OfflineRecognizer(std::shared_ptr<const Model> model, Featurizer featurizer,
+OfflineRecognizer::OfflineRecognizer(std::shared_ptr<const Model> model,
                                      std::unique_ptr<Backend> backend)
-    : model_(std::move(model)), featurizer_(std::move(featurizer)), backend_(std::move(backend)) {}
+    : model_(std::move(model)), featurizer_(model_->featurizer()), backend_(std::move(backend)) {}
 
 absl::StatusOr<std::unique_ptr<OfflineRecognizer>> OfflineRecognizer::Create(
     std::shared_ptr<const Model> model, const BackendOptions& options) {
@@ -24,11 +24,8 @@ absl::StatusOr<std::unique_ptr<OfflineRecognizer>> OfflineRecognizer::Create(
   if (model == nullptr || backend == nullptr) {
     return absl::InvalidArgumentError("OfflineRecognizer: no model or backend");
   }
-  absl::StatusOr<Featurizer> featurizer =
-      Featurizer::Create(model->config().featurizer, model->filterbank());
-  if (!featurizer.ok()) return featurizer.status();
   return std::unique_ptr<OfflineRecognizer>(
-      new OfflineRecognizer(std::move(model), *std::move(featurizer), std::move(backend)));
+      new OfflineRecognizer(std::move(model), std::move(backend)));
 }
 
 double OfflineRecognizer::ms_per_frame() const {

@@ -55,10 +55,9 @@ class OfflineRecognizer {
   double ms_per_frame() const;
 
  private:
-  OfflineRecognizer(std::shared_ptr<const Model> model, Featurizer featurizer,
-                    std::unique_ptr<Backend> backend);
+  OfflineRecognizer(std::shared_ptr<const Model> model, std::unique_ptr<Backend> backend);
   std::shared_ptr<const Model> model_;
-  Featurizer featurizer_;
+  const Featurizer& featurizer_;  // the model's (model_ keeps it alive)
   std::unique_ptr<Backend> backend_;
 };
 

@@ -67,7 +67,7 @@ int EncoderFrames(const Model& model, int feature_frames) {
 class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::Impl> {
  public:
   Impl(std::shared_ptr<const Model> model, Scheduler* scheduler, const StreamingOptions& options,
-       Featurizer featurizer, std::unique_ptr<AudioInput> input, Callbacks callbacks);
+       std::unique_ptr<AudioInput> input, Callbacks callbacks);
 
   // Geometry checks that need the model; called once by Create().
   absl::Status Init();
@@ -145,7 +145,7 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
   Scheduler* const scheduler_;
   Clock* const clock_;
   const StreamingOptions options_;
-  const Featurizer featurizer_;
+  const Featurizer& featurizer_;  // the model's (model_ keeps it alive)
   const int blank_id_;
   int sample_rate_ = 0;
   int64_t samples_per_frame_ = 0;  // encoder frame (hop x subsampling)
@@ -196,13 +196,13 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
 };
 
 StreamSession::Impl::Impl(std::shared_ptr<const Model> model, Scheduler* scheduler,
-                          const StreamingOptions& options, Featurizer featurizer,
-                          std::unique_ptr<AudioInput> input, Callbacks callbacks)
+                          const StreamingOptions& options, std::unique_ptr<AudioInput> input,
+                          Callbacks callbacks)
     : model_(std::move(model)),
       scheduler_(scheduler),
       clock_(scheduler->clock()),
       options_(options),
-      featurizer_(std::move(featurizer)),
+      featurizer_(model_->featurizer()),
       blank_id_(model_->config().blank_id()),
       input_(std::move(input)),
       decoder_(model_->config().blank_id()),
@@ -761,14 +761,11 @@ absl::StatusOr<std::unique_ptr<StreamSession>> StreamSession::Create(
   if (scheduler == nullptr) return absl::InvalidArgumentError("StreamSession: no scheduler");
   if (!callbacks.on_done) return absl::InvalidArgumentError("StreamSession: on_done is required");
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  absl::StatusOr<Featurizer> featurizer =
-      Featurizer::Create(model->config().featurizer, model->filterbank());
-  if (!featurizer.ok()) return featurizer.status();
   absl::StatusOr<std::unique_ptr<AudioInput>> input =
       AudioInput::Create(format, model->config().featurizer.sample_rate);
   if (!input.ok()) return input.status();
-  auto impl = std::make_shared<Impl>(std::move(model), scheduler, options, *std::move(featurizer),
-                                     *std::move(input), std::move(callbacks));
+  auto impl = std::make_shared<Impl>(std::move(model), scheduler, options, *std::move(input),
+                                     std::move(callbacks));
   if (absl::Status s = impl->Init(); !s.ok()) return s;
   return std::unique_ptr<StreamSession>(new StreamSession(std::move(impl)));
 }

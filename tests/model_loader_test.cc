@@ -233,6 +233,17 @@ TEST(ModelLoaderTest, FilterbankWindowAndStepCountersAreAccepted) {
   EXPECT_THAT(bad.status().message(),
               AllOf(HasSubstr("preprocessor.featurizer.fb"), HasSubstr("[1,8,256]"),
                     HasSubstr("expected [1,8,257]")));
+
+  // The model's featurizer is built at load, so a filterbank it rejects fails the load (not the
+  // first stream), and a loaded model's featurizer uses the checkpoint's filterbank.
+  EXPECT_EQ((*model)->featurizer().filterbank(), fb);
+  std::vector<float> nan_fb = fb;
+  nan_fb[100] = std::nanf("");
+  t["preprocessor.featurizer.fb"] = {{1, 8, 257}, nan_fb};
+  auto non_finite = Model::FromParts(config, SerializeSafetensors(t));
+  ASSERT_FALSE(non_finite.ok());
+  EXPECT_EQ(non_finite.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(non_finite.status().message(), HasSubstr("featurizer"));
 }
 
 TEST(ModelLoaderTest, HalfPrecisionCheckpointsAreConvertedBeforeFolding) {

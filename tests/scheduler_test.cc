@@ -475,9 +475,7 @@ TEST(SchedulerCpuTest, ResultsDoNotDependOnBatchMates) {
   absl::StatusOr<std::shared_ptr<const Model>> model =
       Model::Load(SourcePath("tests/fixtures/quartznet_small/model"));
   if (!model.ok()) GTEST_SKIP() << "fixture model not available: " << model.status();
-  absl::StatusOr<Featurizer> featurizer =
-      Featurizer::Create((*model)->config().featurizer, (*model)->filterbank());
-  ASSERT_TRUE(featurizer.ok());
+  const Featurizer* featurizer = &(*model)->featurizer();
   absl::StatusOr<Audio> fox = ReadWavFile(SourcePath("tests/fixtures/audio/fox.wav"));
   ASSERT_TRUE(fox.ok()) << fox.status();
   // Windows of different lengths cut from the audio.

@@ -56,12 +56,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "features_bench: %s\n", model.status().ToString().c_str());
     return 1;
   }
-  absl::StatusOr<jasper::Featurizer> featurizer =
-      jasper::Featurizer::Create((*model)->config().featurizer, (*model)->filterbank());
-  if (!featurizer.ok()) {
-    std::fprintf(stderr, "features_bench: %s\n", featurizer.status().ToString().c_str());
-    return 1;
-  }
+  const jasper::Featurizer* featurizer = &(*model)->featurizer();
   const jasper::FeaturizerConfig& fc = featurizer->config();
   absl::StatusOr<jasper::RealFft> fft = jasper::RealFft::Create(fc.n_fft);
   if (!fft.ok()) return 1;
