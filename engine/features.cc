@@ -288,8 +288,9 @@ absl::StatusOr<int> Featurizer::PaddedFrames(size_t num_samples) const {
   return PadFrames(StftFrames(static_cast<int>(num_samples)));
 }
 
-void Featurizer::LogMel(absl::Span<const float> samples, int num_frames,
-                        std::vector<double>* out) const {
+int Featurizer::LogMel(absl::Span<const float> samples, int num_frames, std::vector<double>* out,
+                       const FrameCache* reuse, int64_t first_sample,
+                       std::vector<uint8_t>* interior) const {
   const int length = static_cast<int>(samples.size());
   const int n_fft = config_.n_fft;
   const int pad = n_fft / 2;
@@ -312,7 +313,27 @@ void Featurizer::LogMel(absl::Span<const float> samples, int num_frames,
   const int win_begin = (n_fft - win_length_) / 2;
   const int win_end = win_begin + win_length_;
   const double guard = config_.log_zero_guard_value;
+  if (interior != nullptr) interior->assign(num_frames, 0);
+  const bool can_reuse = reuse != nullptr && reuse->first_sample >= 0;
+  int reused = 0;
   for (int t = 0; t < num_frames; ++t) {
+    double* dst = out->data() + static_cast<size_t>(t) * features;
+    // Frame t reads y[t*hop - pad + i], i in [win_begin, win_end); y[j] needs x[j] and x[j-1].
+    const int64_t lo = int64_t{t} * hop_length_ + win_begin - pad;
+    const int64_t hi = int64_t{t} * hop_length_ + win_end - 1 - pad;
+    const bool inside = lo >= 1 && hi <= length - 1;
+    if (interior != nullptr) (*interior)[t] = inside ? 1 : 0;
+    if (inside && can_reuse) {
+      const int64_t offset = first_sample + int64_t{t} * hop_length_ - reuse->first_sample;
+      if (offset >= 0 && offset % hop_length_ == 0) {
+        const int64_t prev = offset / hop_length_;
+        if (prev < static_cast<int64_t>(reuse->interior.size()) && reuse->interior[prev] != 0) {
+          std::copy_n(reuse->logmel.data() + prev * features, features, dst);
+          ++reused;
+          continue;
+        }
+      }
+    }
     std::fill(frame.begin(), frame.end(), 0.0);
     for (int i = win_begin; i < win_end; ++i) {
       // Index into the signal padded by `pad` on each side.
@@ -341,7 +362,6 @@ void Featurizer::LogMel(absl::Span<const float> samples, int num_frames,
         power[k] = std::pow(mag, config_.mag_power);
       }
     }
-    double* dst = out->data() + static_cast<size_t>(t) * features;
     for (int m = 0; m < features; ++m) {
       const float* row = filterbank_.data() + static_cast<size_t>(m) * bins;
       double acc = 0.0;
@@ -351,18 +371,39 @@ void Featurizer::LogMel(absl::Span<const float> samples, int num_frames,
       dst[m] = config_.log ? std::log(acc + guard) : acc;
     }
   }
+  return reused;
 }
 
 absl::StatusOr<Features> Featurizer::Compute(absl::Span<const float> samples) const {
   const bool normalize = config_.normalize == "per_feature";
   absl::StatusOr<int> valid = CheckInput(samples, normalize ? 2 : 1);
   if (!valid.ok()) return valid.status();
-  const int features = config_.features;
-  const int padded = PadFrames(StftFrames(static_cast<int>(samples.size())));
-
   std::vector<double> logmel;
   LogMel(samples, *valid, &logmel);
-  const int n = *valid;
+  return Finish(&logmel, *valid, StftFrames(static_cast<int>(samples.size())));
+}
+
+absl::StatusOr<Features> Featurizer::ComputeStreaming(absl::Span<const float> samples,
+                                                      int64_t first_sample,
+                                                      FrameCache* cache) const {
+  absl::StatusOr<int> valid = CheckInput(samples, config_.normalize == "per_feature" ? 2 : 1);
+  if (!valid.ok()) return valid.status();
+  std::vector<double> logmel;
+  std::vector<uint8_t> interior;
+  const int reused = LogMel(samples, *valid, &logmel, cache, first_sample, &interior);
+  cache->logmel.assign(logmel.begin(), logmel.end());
+  cache->interior = std::move(interior);
+  cache->first_sample = first_sample;
+  cache->reused_frames += reused;
+  return Finish(&logmel, *valid, StftFrames(static_cast<int>(samples.size())));
+}
+
+Features Featurizer::Finish(std::vector<double>* logmel_rows, int valid, int stft_frames) const {
+  std::vector<double>& logmel = *logmel_rows;
+  const int features = config_.features;
+  const int padded = PadFrames(stft_frames);
+  const int n = valid;
+  const bool normalize = config_.normalize == "per_feature";
   if (normalize) {
     for (int m = 0; m < features; ++m) {
       double sum = 0.0;

@@ -13,6 +13,7 @@
 #define JASPER_ENGINE_FEATURES_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -29,6 +30,17 @@ struct Features {
   int padded_frames = 0;
   int valid_frames = 0;  // NeMo's seq_len
   int num_features = 0;
+};
+
+// The log-mel rows of one stream's previous window, kept by Featurizer::ComputeStreaming() so
+// that overlapping windows compute each shared frame once. One per stream; not thread-safe (the
+// caller serialises the calls that share it). Size: one window of doubles before normalisation
+// ([frames, features]: 160 KiB for a 3.2 s window at 64 features) plus a byte per frame.
+struct FrameCache {
+  std::vector<double> logmel;     // [frames, features]: the last window's log-mel
+  std::vector<uint8_t> interior;  // [frames]: 1 where the frame lay wholly inside that window
+  int64_t first_sample = -1;      // that window's first sample in the stream; -1: empty
+  int64_t reused_frames = 0;      // running count of frames taken from the cache
 };
 
 class Featurizer {
@@ -56,6 +68,15 @@ class Featurizer {
   // with per_feature normalisation (fewer than 1 without); a non-finite sample.
   absl::StatusOr<Features> Compute(absl::Span<const float> samples) const;
 
+  // Compute() of a streaming window whose first sample is sample `first_sample` of its stream.
+  // A frame whose samples (after pre-emphasis) lie wholly inside the window depends only on the
+  // stream's audio, so one that also lay wholly inside the previous window in `cache` is copied
+  // from there instead of recomputed; the result is bitwise identical to Compute(samples). The
+  // window's rows then replace the cache's. Windows may come in any order or repeat (a frame is
+  // reused only when its absolute position matches); an error leaves `cache` unchanged.
+  absl::StatusOr<Features> ComputeStreaming(absl::Span<const float> samples, int64_t first_sample,
+                                            FrameCache* cache) const;
+
   // Log-mel without normalisation or pad_to ([valid_frames, features], padded_frames ==
   // valid_frames); streaming normalises each window itself. Errors as Compute, needing 1 frame.
   absl::StatusOr<Features> ComputeUnnormalized(absl::Span<const float> samples) const;
@@ -67,7 +88,15 @@ class Featurizer {
   Featurizer() = default;
   // Log-mel (or mel when !config_.log) of the first `num_frames` STFT frames, [num_frames,
   // features], in double. `samples` is already validated (non-empty, finite, long enough).
-  void LogMel(absl::Span<const float> samples, int num_frames, std::vector<double>* out) const;
+  // With `reuse`, frames that lie wholly inside the signal (`interior`, when given, records which
+  // do) are copied from `reuse` where it holds the same absolute frame; returns the number
+  // copied. `first_sample`: the stream position of samples[0].
+  int LogMel(absl::Span<const float> samples, int num_frames, std::vector<double>* out,
+             const FrameCache* reuse = nullptr, int64_t first_sample = 0,
+             std::vector<uint8_t>* interior = nullptr) const;
+  // Compute()'s tail: per-feature normalisation of `logmel` (`valid` rows, in place) and the
+  // padded FP32 result of `stft_frames` STFT frames.
+  Features Finish(std::vector<double>* logmel, int valid, int stft_frames) const;
   // Shared checks of Compute/ComputeUnnormalized; returns the valid frame count (>= min_valid).
   absl::StatusOr<int> CheckInput(absl::Span<const float> samples, int min_valid) const;
   // The length part of CheckInput.

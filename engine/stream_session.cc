@@ -105,6 +105,7 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
   // A window cut under the lock, featurized and submitted outside it.
   struct Cut {
     int64_t seq = 0;
+    int64_t first_sample = 0;  // the window's first sample in the stream
     std::vector<float> audio;
     Features features;  // set when deferred (scheduler queue was full)
     bool featurized = false;
@@ -159,6 +160,10 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
   // std::mutex rather than absl::Mutex: see engine/clock.h (ThreadSanitizer).
   std::mutex api_mu_;                  // acquired before mu_
   std::unique_ptr<AudioInput> input_;  // guarded by api_mu_
+
+  // The previous window's log-mel rows (Featurize). A leaf lock, taken without mu_.
+  mutable std::mutex frame_cache_mu_;
+  mutable FrameCache frame_cache_;  // guarded by frame_cache_mu_
 
   mutable std::mutex mu_;
   // Everything below, except callbacks_, is guarded by mu_.
@@ -477,6 +482,7 @@ void StreamSession::Impl::CutWindows(std::vector<Cut>* cuts) {
     }
     Cut cut;
     cut.seq = next_seq_++;
+    cut.first_sample = window_start;
     const size_t from = buffer_offset_ + static_cast<size_t>(window_start - buffer_start_);
     const size_t to = buffer_offset_ + static_cast<size_t>(window_end - buffer_start_);
     cut.audio.assign(buffer_.begin() + from, buffer_.begin() + to);
@@ -509,7 +515,13 @@ void StreamSession::Impl::TrimBuffer() {
 void StreamSession::Impl::Featurize(Cut* cut) const {
   if (cut->featurized) return;
   cut->featurized = true;
-  absl::StatusOr<Features> f = featurizer_.Compute(cut->audio);
+  absl::StatusOr<Features> f;
+  {
+    // Consecutive windows overlap (left and right context): frames they share are computed
+    // once (bitwise the same features as Compute()).
+    std::lock_guard<std::mutex> lock(frame_cache_mu_);
+    f = featurizer_.ComputeStreaming(cut->audio, cut->first_sample, &frame_cache_);
+  }
   cut->audio = {};
   if (!f.ok()) {
     cut->features = Features();  // too short to featurize: a window without frames

@@ -328,6 +328,59 @@ TEST(FeaturizerTest, PaddedFramesAgreesWithCompute) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// ComputeStreaming() over overlapping windows of one stream equals Compute() of each window bit
+// for bit, while reusing the frames the windows share; windows out of order, repeated, or off
+// the hop grid still give exact results (they just reuse less).
+TEST(FeaturizerTest, ComputeStreamingIsBitwiseComputeAndReusesFrames) {
+  const std::vector<float> stream = TestSignal(16000 * 6 + 123);
+  for (StftMode mode : {StftMode::kLegacy, StftMode::kNemo25}) {
+    const Featurizer f = MakeFeaturizer(mode, 16, -1.5);
+    SCOPED_TRACE(static_cast<int>(mode));
+    FrameCache cache;
+    // Default server geometry: 3.2 s windows every 0.8 s (left 1.6 s, right 0.8 s); the first
+    // windows start at 0 and grow; then a window off the hop grid, one out of order, a repeat,
+    // and a short last window.
+    std::vector<std::pair<int64_t, int64_t>> windows;  // [start, end)
+    for (int64_t chunk = 0; chunk + 25600 <= 16000 * 5; chunk += 12800) {
+      windows.push_back({std::max<int64_t>(0, chunk - 25600), chunk + 12800 + 12800});
+    }
+    windows.push_back({12345, 12345 + 51200});
+    windows.push_back({25600, 25600 + 51200});
+    windows.push_back({25600, 25600 + 51200});
+    windows.push_back({0, 51200});
+    windows.push_back({16000 * 6 - 4000, 16000 * 6 + 123});
+    int64_t reused_before = 0;
+    for (size_t w = 0; w < windows.size(); ++w) {
+      SCOPED_TRACE(w);
+      const auto [begin, end] = windows[w];
+      const absl::Span<const float> audio =
+          absl::MakeConstSpan(stream).subspan(begin, static_cast<size_t>(end - begin));
+      absl::StatusOr<Features> want = f.Compute(audio);
+      ASSERT_TRUE(want.ok()) << want.status();
+      absl::StatusOr<Features> got = f.ComputeStreaming(audio, begin, &cache);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->valid_frames, want->valid_frames);
+      EXPECT_EQ(got->padded_frames, want->padded_frames);
+      ASSERT_EQ(got->data.size(), want->data.size());
+      EXPECT_EQ(std::memcmp(got->data.data(), want->data.data(), 4 * want->data.size()), 0);
+      const int64_t reused = cache.reused_frames - reused_before;
+      reused_before = cache.reused_frames;
+      if (w >= 1 && w <= 3) EXPECT_GT(reused, 150) << "overlapping grid-aligned windows";
+      if (w == windows.size() - 5) EXPECT_EQ(reused, 0) << "off the hop grid";
+      if (w == windows.size() - 3) EXPECT_GT(reused, 300) << "a repeated window";
+    }
+    // An error (too short, non-finite) leaves the cache as it was.
+    const FrameCache before = cache;
+    std::vector<float> bad(stream.begin(), stream.begin() + 16000);
+    bad[5000] = std::nanf("");
+    EXPECT_FALSE(f.ComputeStreaming(bad, 0, &cache).ok());
+    EXPECT_FALSE(f.ComputeStreaming(absl::MakeConstSpan(stream).first(100), 0, &cache).ok());
+    EXPECT_EQ(cache.first_sample, before.first_sample);
+    EXPECT_EQ(cache.logmel, before.logmel);
+    EXPECT_EQ(cache.interior, before.interior);
+  }
+}
+
 TEST(FeaturizerTest, CreateValidates) {
   FeaturizerConfig config;
   EXPECT_FALSE(Featurizer::Create(config, std::vector<float>(10, 0.0f)).ok());  // wrong fb size
