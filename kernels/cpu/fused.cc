@@ -181,8 +181,11 @@ JASPER_ALWAYS_INLINE void DepthwiseHalfPairs(const float* __restrict window,
     for (int j = 0; j < Frames + Dil; ++j) {
       Vec8 x;
       LoadVec(xk + j * kChannelBlock, &x);
-#if defined(__GNUC__)
-      asm("" : "+x"(x));  // one load into a register, used by both taps (not folded twice)
+#if defined(__GNUC__) && !defined(__clang__)
+      // One load into a register, used by both taps: GCC would otherwise fold the load into
+      // both FMAs (two loads). Clang keeps it in a register by itself, and rejects a 32-byte
+      // "x" operand in a template it checks outside the AVX2 clone's target.
+      asm("" : "+x"(x));
 #endif
       if (j < Frames) acc[j] += w0 * x;
       if (j >= Dil) acc[j - Dil] += w1 * x;
