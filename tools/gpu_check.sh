@@ -3,7 +3,10 @@
 #
 # Runs cuda_tiling_test (CPU), cuda_kernels_test (all kernel/head/backend tests), then
 # compute-sanitizer --tool memcheck and --tool racecheck on the reduced case set
-# (JASPER_CUDA_TEST_QUICK=1 + a gtest filter), and prints a table: step, result, seconds.
+# (JASPER_CUDA_TEST_QUICK=1 + a gtest filter), then the speed benchmark (issue 7: cuda_bench
+# --quick in FP16 beside cuDNN, then tools/bench_cuda_torch.py for PyTorch eager, when python3
+# with torch is there; cuDNN is taken from PyTorch's wheels), and prints a table: step, result,
+# seconds, followed by the benchmark tables. GPU_CHECK_BENCH=0 skips the benchmark.
 # Budget: under 8 minutes on an H200 including the build (every step has a timeout and the
 # whole run a deadline). Exit status 0 only when every step passed.
 #
@@ -52,7 +55,8 @@ configure_and_build() {
   cmake -S "$repo" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DJASPER_CUDA=ON \
     -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DCMAKE_CUDA_ARCHITECTURES=90 >"$build_dir.configure.log" 2>&1 \
     || { tail -30 "$build_dir.configure.log" >&2; return 1; }
-  cmake --build "$build_dir" --target cuda_tiling_test cuda_kernels_test >"$build_dir.build.log" 2>&1 \
+  cmake --build "$build_dir" --target cuda_tiling_test cuda_kernels_test cuda_bench \
+    >"$build_dir.build.log" 2>&1 \
     || { tail -40 "$build_dir.build.log" >&2; return 1; }
 }
 
@@ -80,8 +84,10 @@ if [ "$mode" = package ]; then
   configure_and_build || exit 1
   rm -rf "${pkg:?}/bin" "${pkg:?}/lib" "${pkg:?}/logs"
   mkdir -p "$pkg/bin" "$pkg/lib"
-  cp "$build_dir/tests/cuda_tiling_test" "$build_dir/tests/cuda_kernels_test" "$pkg/bin/"
-  bundle_libs "$pkg/lib" "$pkg/bin/cuda_tiling_test" "$pkg/bin/cuda_kernels_test" >/dev/null || exit 1
+  cp "$build_dir/tests/cuda_tiling_test" "$build_dir/tests/cuda_kernels_test" \
+    "$build_dir/tools/bench/cuda_bench" "$pkg/bin/"
+  bundle_libs "$pkg/lib" "$pkg/bin/cuda_tiling_test" "$pkg/bin/cuda_kernels_test" \
+    "$pkg/bin/cuda_bench" >/dev/null || exit 1
   cp "$0" "$pkg/gpu_check.sh"
   {
     echo "built: $(date -u +%FT%TZ) on $(hostname)"
@@ -104,9 +110,11 @@ if [ "$mode" = build ]; then
     exit 1
   fi
   bin=$build_dir/tests
+  bench_bin=$build_dir/tools/bench
   logs=${GPU_CHECK_LOGS:-$build_dir/logs}
 else
   bin=$pkg/bin
+  bench_bin=$pkg/bin
   logs=${GPU_CHECK_LOGS:-$pkg/logs}
   export LD_LIBRARY_PATH="$pkg/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   [ -f "$pkg/MANIFEST" ] && sed 's/^/package /' "$pkg/MANIFEST"
@@ -174,10 +182,75 @@ else
   failed=1
 fi
 
+# run_step NAME CAP_SECONDS LOGFILE CMD...: a non-gtest program; OK when it exits 0.
+run_step() {
+  local name=$1 cap=$2 log=$3; shift 3
+  local left=$((budget_s - (SECONDS - start_s)))
+  local limit=$((cap < left ? cap : left))
+  if [ "$limit" -le 5 ]; then row "$name" "NOT RUN (time budget)" "0"; failed=1; return 1; fi
+  local t0=$SECONDS rc
+  timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    row "$name" "TIMEOUT (${limit}s)" "$((SECONDS - t0))"
+  elif [ "$rc" -ne 0 ]; then
+    row "$name" "FAIL rc=$rc" "$((SECONDS - t0))"
+  else
+    row "$name" "OK" "$((SECONDS - t0))"
+    return 0
+  fi
+  failed=1
+  return 1
+}
+
+# Library folders of PyTorch's wheels (nvidia/*/lib, torch/lib) holding CUDA libraries, joined
+# with ':' (empty without python3 or torch).
+wheel_lib_dirs() {
+  python3 -c '
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+dirs = []
+for root in roots:
+    for pattern in ("nvidia/*/lib", "torch/lib"):
+        for d in sorted(glob.glob(os.path.join(root, pattern))):
+            if glob.glob(os.path.join(d, "libcu*.so*")) and d not in dirs:
+                dirs.append(d)
+print(":".join(dirs))' 2>/dev/null
+}
+
+bench_logs=()
+if [ "${GPU_CHECK_BENCH:-1}" != 0 ]; then
+  py_libs=$(wheel_lib_dirs)
+  cudnn_lib=libcudnn.so.9
+  for d in ${py_libs//:/ }; do
+    if [ -e "$d/libcudnn.so.9" ]; then cudnn_lib=$d/libcudnn.so.9; break; fi
+  done
+  if run_step "cuda_bench fp16 (vs cuDNN)" 180 "$logs/cuda_bench.log" \
+    env LD_LIBRARY_PATH="${py_libs:+$py_libs:}${LD_LIBRARY_PATH:-}" "$bench_bin/cuda_bench" \
+    --quick --precision=fp16 --cudnn_lib="$cudnn_lib" --json="$logs/cuda_bench_fp16.json"; then
+    bench_logs+=("$logs/cuda_bench.log")
+    if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+      if run_step "PyTorch eager fp16 (bench_cuda_torch)" 150 "$logs/bench_cuda_torch.log" \
+        env PYTHONPATH="$repo/tools" python3 "$repo/tools/bench_cuda_torch.py" --quick \
+        --ours "$logs/cuda_bench_fp16.json" --json-out "$logs/bench_fp16.json"; then
+        bench_logs+=("$logs/bench_cuda_torch.log")
+      fi
+    else
+      row "PyTorch eager (bench_cuda_torch)" "NOT RUN (no torch with CUDA)" "0"
+    fi
+  else
+    bench_logs+=("$logs/cuda_bench.log")
+  fi
+fi
+
 echo
 printf '%-34s %-30s %7s\n' "step" "result" "seconds"
 printf '%s\n' "${rows[@]}"
 echo "total: $((SECONDS - start_s)) s; logs in $logs"
+for log in "${bench_logs[@]}"; do
+  echo
+  tail -n 40 "$log"
+done
 if [ "$failed" -ne 0 ]; then
   echo "first failures:"
   grep -hE '^\[  FAILED  \]|Failure|ERROR SUMMARY: [1-9]|RACECHECK SUMMARY: [1-9]|Hazard' \
