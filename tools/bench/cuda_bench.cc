@@ -62,7 +62,8 @@ ABSL_FLAG(std::string, sections, "subblock,model", "Comma-separated: subblock, m
 ABSL_FLAG(std::string, json, "", "Also write the results here (read by bench_cuda_torch.py).");
 ABSL_FLAG(bool, quick, false, "Fewer samples (about 3x faster, noisier).");
 ABSL_FLAG(std::string, cudnn_lib, "libcudnn.so.9", "cuDNN library to dlopen.");
-ABSL_FLAG(double, peak_tflops, 0, "Peak TFLOP/s of the precision for the roofline (0: H200 "
+ABSL_FLAG(double, peak_tflops, 0,
+          "Peak TFLOP/s of the precision for the roofline (0: H200 "
           "dense: fp16/bf16 989, fp32 67).");
 ABSL_FLAG(double, peak_tbps, 4.8, "Memory bandwidth, TB/s, for the roofline (H200: 4.8).");
 
@@ -367,8 +368,7 @@ Row RunSubBlock(const Shape& s, kc::Precision p, const Cudnn* dnn, cudnnHandle_t
     return v;
   };
   const std::vector<float> depthwise = random(static_cast<size_t>(k) * c);
-  const std::vector<float> weight =
-      random(static_cast<size_t>(c) * c * (s.separable ? 1 : k));
+  const std::vector<float> weight = random(static_cast<size_t>(c) * c * (s.separable ? 1 : k));
   const std::vector<float> bias = random(c);
   const std::vector<float> res_w = random(static_cast<size_t>(c) * c);
   const float* res_w_ptr = res_w.data();
@@ -377,8 +377,7 @@ Row RunSubBlock(const Shape& s, kc::Precision p, const Cudnn* dnn, cudnnHandle_t
   std::string error;
   const SubBlockWeights weights{s.separable ? depthwise.data() : nullptr, weight.data(),
                                 bias.data()};
-  if (!kc::PackSubBlock(d, weights, &res_w_ptr, &res_c, s.residual ? 1 : 0, p, &packed,
-                        &error)) {
+  if (!kc::PackSubBlock(d, weights, &res_w_ptr, &res_c, s.residual ? 1 : 0, p, &packed, &error)) {
     Die("PackSubBlock: " + error);
   }
   auto d_weight = UploadRaw(packed.weight.data(), packed.weight.size());
@@ -432,11 +431,11 @@ Row RunSubBlock(const Shape& s, kc::Precision p, const Cudnn* dnn, cudnnHandle_t
       const void* x = xs[i % sets]->get();
       const void* main_in = x;
       if (s.separable) {
-        Check(*dnn,
-              dnn->cudnnConvolutionForward(handle, &one, dw.x, x, dw.w, w_dw->get(), dw.conv,
-                                           dw.algo, workspace.get(), ws_bytes, &zero, dw.y,
-                                           t1.get()),
-              "depthwise");
+        Check(
+            *dnn,
+            dnn->cudnnConvolutionForward(handle, &one, dw.x, x, dw.w, w_dw->get(), dw.conv, dw.algo,
+                                         workspace.get(), ws_bytes, &zero, dw.y, t1.get()),
+            "depthwise");
         main_in = t1.get();
       }
       const void* z = y.get();  // alpha2 = 0: z is not read
@@ -461,11 +460,11 @@ Row RunSubBlock(const Shape& s, kc::Precision p, const Cudnn* dnn, cudnnHandle_t
       const void* x = xs[i % sets]->get();
       const void* main_in = x;
       if (s.separable) {
-        Check(*dnn,
-              dnn->cudnnConvolutionForward(handle, &one, dw.x, x, dw.w, w_dw->get(), dw.conv,
-                                           dw.algo, workspace.get(), ws_bytes, &zero, dw.y,
-                                           t1.get()),
-              "depthwise");
+        Check(
+            *dnn,
+            dnn->cudnnConvolutionForward(handle, &one, dw.x, x, dw.w, w_dw->get(), dw.conv, dw.algo,
+                                         workspace.get(), ws_bytes, &zero, dw.y, t1.get()),
+            "depthwise");
         main_in = t1.get();
       }
       Check(*dnn,
@@ -474,8 +473,7 @@ Row RunSubBlock(const Shape& s, kc::Precision p, const Cudnn* dnn, cudnnHandle_t
                                          main.y, t2.get()),
             "conv");
       Check(*dnn,
-            dnn->cudnnAddTensor(handle, &one, main.bias, d_bias_dnn->get(), &one, main.y,
-                                t2.get()),
+            dnn->cudnnAddTensor(handle, &one, main.bias, d_bias_dnn->get(), &one, main.y, t2.get()),
             "bias");
       if (s.residual) {
         Check(*dnn,
@@ -486,10 +484,10 @@ Row RunSubBlock(const Shape& s, kc::Precision p, const Cudnn* dnn, cudnnHandle_t
         Check(*dnn, dnn->cudnnAddTensor(handle, &one, res.y, t3.get(), &one, main.y, t2.get()),
               "residual add");
       }
-      Check(*dnn,
-            dnn->cudnnActivationForward(handle, relu, &one, main.y, t2.get(), &zero, main.y,
-                                        y.get()),
-            "relu");
+      Check(
+          *dnn,
+          dnn->cudnnActivationForward(handle, relu, &one, main.y, t2.get(), &zero, main.y, y.get()),
+          "relu");
     });
   } catch (const CudnnError& e) {
     row.cudnn_error = e.message;
@@ -568,7 +566,12 @@ int main(int argc, char** argv) {
   } else if (pname != "fp16") {
     Die("--precision must be fp32, fp16 or bf16");
   }
-  if (kc::CudaDeviceCount() == 0) Die("no CUDA device");
+  // cuDNN first: its symbols and version are checked (and reported) even without a GPU.
+  Cudnn dnn;
+  const bool dnn_loaded = dnn.Load(absl::GetFlag(FLAGS_cudnn_lib));
+  std::string dnn_version =
+      dnn_loaded ? std::to_string(dnn.cudnnGetVersion()) : "not loaded (" + dnn.error + ")";
+  if (kc::CudaDeviceCount() == 0) Die("no CUDA device (cuDNN: " + dnn_version + ")");
   cudaDeviceProp prop;
   CudaOk(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   const size_t l2 = static_cast<size_t>(prop.l2CacheSize);
@@ -578,23 +581,18 @@ int main(int argc, char** argv) {
   if (peak_tflops <= 0) peak_tflops = p == kc::Precision::kFp32 ? 67.0 : 989.0;
   const double peak_tbps = absl::GetFlag(FLAGS_peak_tbps);
   std::vector<std::string> sections = absl::StrSplit(absl::GetFlag(FLAGS_sections), ',');
-  auto has = [&](const char* s) { return std::find(sections.begin(), sections.end(), s) != sections.end(); };
+  auto has = [&](const char* s) {
+    return std::find(sections.begin(), sections.end(), s) != sections.end();
+  };
 
   cudaStream_t stream;
   CudaOk(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  Cudnn dnn;
   cudnnHandle_t handle = nullptr;
-  std::string dnn_version = "not loaded";
-  if (dnn.Load(absl::GetFlag(FLAGS_cudnn_lib))) {
-    if (dnn.cudnnCreate(&handle) != CUDNN_STATUS_SUCCESS ||
-        dnn.cudnnSetStream(handle, stream) != CUDNN_STATUS_SUCCESS) {
-      dnn.error = "cudnnCreate failed";
-      handle = nullptr;
-    } else {
-      dnn_version = std::to_string(dnn.cudnnGetVersion());
-    }
+  if (dnn_loaded && (dnn.cudnnCreate(&handle) != CUDNN_STATUS_SUCCESS ||
+                     dnn.cudnnSetStream(handle, stream) != CUDNN_STATUS_SUCCESS)) {
+    dnn_version += " (cudnnCreate/cudnnSetStream failed: no cuDNN columns)";
+    handle = nullptr;
   }
-  if (handle == nullptr) dnn_version += " (" + dnn.error + ")";
   std::printf("=== cuda_bench: %s, %d SMs, L2 %zu MiB; precision %s; cuDNN %s ===\n", prop.name,
               prop.multiProcessorCount, l2 >> 20, pname.c_str(), dnn_version.c_str());
   std::printf("roofline: %.0f TFLOP/s, %.2f TB/s (--peak_tflops, --peak_tbps)\n", peak_tflops,
@@ -618,9 +616,8 @@ int main(int argc, char** argv) {
       shapes.push_back({name + "_b64t256", sep, c, k, res, 64, 256});
       shapes.push_back({name + "_b1t100", sep, c, k, res, 1, 100});
     }
-    std::printf(
-        "\n%-26s %9s %9s %9s | %8s %8s %7s | %9s %9s\n", "sub-block (B x T)", "ours ms",
-        "cuDNN-f", "cuDNN-op", "TFLOP/s", "GB/s", "%roof", "x cuDNN-f", "x cuDNN-op");
+    std::printf("\n%-26s %9s %9s %9s | %8s %8s %7s | %9s %9s\n", "sub-block (B x T)", "ours ms",
+                "cuDNN-f", "cuDNN-op", "TFLOP/s", "GB/s", "%roof", "x cuDNN-f", "x cuDNN-op");
     for (const Shape& s : shapes) {
       const Row r = RunSubBlock(s, p, handle ? &dnn : nullptr, handle, stream, samples, l2);
       const double tflops = r.flops / (r.ours_ms * 1e-3) / 1e12;
@@ -630,8 +627,8 @@ int main(int argc, char** argv) {
       std::printf("%-26s %9.4f %9.4f %9.4f | %8.1f %8.0f %6.0f%% | %8.2fx %8.2fx%s%s\n",
                   s.name.c_str(), r.ours_ms, r.cudnn_fused_ms, r.cudnn_ops_ms, tflops, gbps,
                   100.0 * roof_ms / r.ours_ms, r.cudnn_fused_ms / r.ours_ms,
-                  r.cudnn_ops_ms / r.ours_ms, r.cudnn_error.empty() ? "" : "  cuDNN: ",
-                  r.cudnn_error.c_str());
+                  r.cudnn_ops_ms / r.ours_ms,
+                  r.cudnn_error.empty() ? "" : "  cuDNN: ", r.cudnn_error.c_str());
       json["subblock"].push_back({{"name", s.name},
                                   {"separable", s.separable},
                                   {"channels", s.channels},
@@ -650,9 +647,8 @@ int main(int argc, char** argv) {
   }
   if (has("model")) {
     std::printf("\n%-26s %9s %12s\n", "QuartzNet 15x5 (Run)", "ms", "x real time");
-    for (const auto& [name, batch, seconds] :
-         std::vector<std::tuple<std::string, int, double>>{{"model_b64_10s", 64, 10.0},
-                                                           {"model_b1_2s", 1, 2.0}}) {
+    for (const auto& [name, batch, seconds] : std::vector<std::tuple<std::string, int, double>>{
+             {"model_b64_10s", 64, 10.0}, {"model_b1_2s", 1, 2.0}}) {
       const ModelRow m = RunModel(name, p, batch, seconds, quick ? 5 : 15);
       std::printf("%-26s %9.3f %12.0f%s%s\n", name.c_str(), m.ms, m.audio_s / (m.ms * 1e-3),
                   m.error.empty() ? "" : "  error: ", m.error.c_str());
