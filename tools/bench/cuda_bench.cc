@@ -427,26 +427,22 @@ Row RunSubBlock(const Shape& s, kc::Precision p, const Cudnn* dnn, cudnnHandle_t
                                             0.0),
           "set activation");
     const float one = 1.0f, zero = 0.0f;
+    // out = conv(in) with c's descriptors; returns out.
+    auto conv = [&](const DnnConv& c, const void* in, const void* w, void* out,
+                    const char* what) -> const void* {
+      Check(*dnn,
+            dnn->cudnnConvolutionForward(handle, &one, c.x, in, c.w, w, c.conv, c.algo,
+                                         workspace.get(), ws_bytes, &zero, c.y, out),
+            what);
+      return out;
+    };
     row.cudnn_fused_ms = MedianMs(stream, samples, [&](int i) {
       const void* x = xs[i % sets]->get();
-      const void* main_in = x;
-      if (s.separable) {
-        Check(
-            *dnn,
-            dnn->cudnnConvolutionForward(handle, &one, dw.x, x, dw.w, w_dw->get(), dw.conv, dw.algo,
-                                         workspace.get(), ws_bytes, &zero, dw.y, t1.get()),
-            "depthwise");
-        main_in = t1.get();
-      }
+      const void* main_in = s.separable ? conv(dw, x, w_dw->get(), t1.get(), "depthwise") : x;
       const void* z = y.get();  // alpha2 = 0: z is not read
       float alpha2 = 0.0f;
       if (s.residual) {
-        Check(*dnn,
-              dnn->cudnnConvolutionForward(handle, &one, res.x, rs[i % sets]->get(), res.w,
-                                           w_res->get(), res.conv, res.algo, workspace.get(),
-                                           ws_bytes, &zero, res.y, t3.get()),
-              "residual conv");
-        z = t3.get();
+        z = conv(res, rs[i % sets]->get(), w_res->get(), t3.get(), "residual conv");
         alpha2 = 1.0f;
       }
       Check(*dnn,
@@ -458,29 +454,13 @@ Row RunSubBlock(const Shape& s, kc::Precision p, const Cudnn* dnn, cudnnHandle_t
     });
     row.cudnn_ops_ms = MedianMs(stream, samples, [&](int i) {
       const void* x = xs[i % sets]->get();
-      const void* main_in = x;
-      if (s.separable) {
-        Check(
-            *dnn,
-            dnn->cudnnConvolutionForward(handle, &one, dw.x, x, dw.w, w_dw->get(), dw.conv, dw.algo,
-                                         workspace.get(), ws_bytes, &zero, dw.y, t1.get()),
-            "depthwise");
-        main_in = t1.get();
-      }
-      Check(*dnn,
-            dnn->cudnnConvolutionForward(handle, &one, main.x, main_in, main.w, w_main->get(),
-                                         main.conv, main.algo, workspace.get(), ws_bytes, &zero,
-                                         main.y, t2.get()),
-            "conv");
+      const void* main_in = s.separable ? conv(dw, x, w_dw->get(), t1.get(), "depthwise") : x;
+      conv(main, main_in, w_main->get(), t2.get(), "conv");
       Check(*dnn,
             dnn->cudnnAddTensor(handle, &one, main.bias, d_bias_dnn->get(), &one, main.y, t2.get()),
             "bias");
       if (s.residual) {
-        Check(*dnn,
-              dnn->cudnnConvolutionForward(handle, &one, res.x, rs[i % sets]->get(), res.w,
-                                           w_res->get(), res.conv, res.algo, workspace.get(),
-                                           ws_bytes, &zero, res.y, t3.get()),
-              "residual conv");
+        conv(res, rs[i % sets]->get(), w_res->get(), t3.get(), "residual conv");
         Check(*dnn, dnn->cudnnAddTensor(handle, &one, res.y, t3.get(), &one, main.y, t2.get()),
               "residual add");
       }
