@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -90,6 +91,21 @@ class CudaBuffer {
 using DeviceBuffer = CudaBuffer<DeviceMemory>;
 using PinnedBuffer = CudaBuffer<PinnedMemory>;
 
+// An instantiated CUDA graph (owning).
+class GraphExec {
+ public:
+  explicit GraphExec(cudaGraphExec_t exec) : exec_(exec) {}
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+  ~GraphExec() {
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+  }
+  cudaGraphExec_t get() const { return exec_; }
+
+ private:
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 // One sub-block's packed weights on the device.
 struct DeviceSubBlock {
   DeviceBuffer weight;
@@ -127,6 +143,14 @@ class CudaBackend final : public Backend {
   absl::Status PackOne(const FoldedSubBlock& sub, DeviceSubBlock* out);
   absl::Status Reserve(int batch, int frames);
   absl::Status ReserveWorkspaces(int batch, int frames);
+  // Enqueues the forward of `input` on stream_ (the pinned host buffers are already filled):
+  // features and lengths up, every sub-block, the head, the results down. With
+  // keep_block_outputs it also downloads (and waits for) each block's output.
+  absl::Status Enqueue(const FeatureBatch& input, BackendOutput* output);
+  // Enqueue() through the graph of this shape: captured first when there is none (see
+  // BackendOptions::cuda_graphs). A capture that CUDA refuses turns graphs off for this backend
+  // (one log line) and enqueues directly.
+  absl::Status EnqueueGraph(const FeatureBatch& input, BackendOutput* output);
   // Sums the sizes of every device buffer into device_bytes_. Called by the thread that grows
   // the buffers (Init / Run), after each growth.
   void UpdateDeviceBytes();
@@ -170,6 +194,11 @@ class CudaBackend final : public Backend {
   PinnedBuffer ids_host_;
   PinnedBuffer best_host_;
   PinnedBuffer log_probs_host_;
+
+  // Captured forwards by (batch, frames); they hold the buffers' addresses, so they are
+  // dropped whenever a buffer is reallocated. Declared last: destroyed before the buffers.
+  std::map<std::pair<int, int>, GraphExec> graphs_;
+  bool graphs_enabled_ = true;
 };
 
 absl::Status CudaBackend::Upload(const void* host, std::size_t bytes, DeviceBuffer* buffer) {
@@ -349,6 +378,7 @@ absl::Status CudaBackend::ReserveWorkspaces(int batch, int frames) {
               << std::max(batch, reserved_batch_) << " x " << std::max(frames, reserved_frames_)
               << " frames\n";
   }
+  graphs_.clear();  // they hold addresses of the buffers about to be reallocated
   batch = std::max(batch, reserved_batch_);
   frames = std::max(frames, reserved_frames_);
   const std::size_t rows = static_cast<std::size_t>(batch) * plan_.MaxTime(frames);
@@ -409,11 +439,36 @@ absl::Status CudaBackend::Run(const FeatureBatch& input, BackendOutput* output) 
       !s.ok()) {
     return s;
   }
-  const std::vector<int>& set_time = set_time_;
-
-  // Features: pageable -> pinned -> device (cast to the run precision on the device).
   const std::size_t feat = static_cast<std::size_t>(batch) * input.time * input.features;
   std::memcpy(features_host_.as<float>(), input.data, feat * sizeof(float));
+  if (options_.keep_block_outputs) {
+    ResetBlockOutputs(static_cast<int>(model_->blocks().size()), output);
+  }
+  const bool graph = graphs_enabled_ && options_.cuda_graphs && !options_.keep_block_outputs;
+  if (absl::Status s = graph ? EnqueueGraph(input, output) : Enqueue(input, output); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CudaStatus(cudaStreamSynchronize(stream_), "run"); !s.ok()) return s;
+
+  const int final_set = plan_.steps().back().out_set;
+  const int time = set_time_[final_set];
+  const std::size_t frames = static_cast<std::size_t>(batch) * time;
+  SetOutputShape(batch, time, vocab_, lengths_host + static_cast<std::size_t>(final_set) * batch,
+                 output);
+  output->ids.assign(ids_host_.as<int>(), ids_host_.as<int>() + frames);
+  output->best_log_probs.assign(best_host_.as<float>(), best_host_.as<float>() + frames);
+  SetLogProbs(options_.keep_log_probs ? log_probs_host_.as<float>() : nullptr, frames * vocab_,
+              output);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Enqueue(const FeatureBatch& input, BackendOutput* output) {
+  const int batch = input.batch;
+  const std::vector<int>& set_time = set_time_;
+  int* lengths_host = lengths_host_.as<int>();
+
+  // Features: pinned -> device (cast to the run precision on the device).
+  const std::size_t feat = static_cast<std::size_t>(batch) * input.time * input.features;
   void* feature_target = precision_ == CudaPrecision::kFp32 ? input_.get() : features_f32_.get();
   if (absl::Status s =
           CudaStatus(cudaMemcpyAsync(feature_target, features_host_.as<float>(),
@@ -442,11 +497,6 @@ absl::Status CudaBackend::Run(const FeatureBatch& input, BackendOutput* output) 
   auto device_lengths = [&](int set) {
     return lengths_device + static_cast<std::size_t>(set) * batch;
   };
-  auto host_lengths = [&](int set) { return lengths_host + static_cast<std::size_t>(set) * batch; };
-
-  if (options_.keep_block_outputs) {
-    ResetBlockOutputs(static_cast<int>(model_->blocks().size()), output);
-  }
   const std::vector<PlanStep>& steps = plan_.steps();
   for (std::size_t i = 0; i + 1 < steps.size(); ++i) {  // the decoder (last step) below
     const PlanStep& step = steps[i];
@@ -528,14 +578,46 @@ absl::Status CudaBackend::Run(const FeatureBatch& input, BackendOutput* output) 
       return s;
     }
   }
-  if (absl::Status s = CudaStatus(cudaStreamSynchronize(stream_), "run"); !s.ok()) return s;
-
-  SetOutputShape(batch, time, vocab_, host_lengths(final_set), output);
-  output->ids.assign(ids_host_.as<int>(), ids_host_.as<int>() + frames);
-  output->best_log_probs.assign(best_host_.as<float>(), best_host_.as<float>() + frames);
-  SetLogProbs(options_.keep_log_probs ? log_probs_host_.as<float>() : nullptr, frames * vocab_,
-              output);
   return absl::OkStatus();
+}
+
+absl::Status CudaBackend::EnqueueGraph(const FeatureBatch& input, BackendOutput* output) {
+  const std::pair<int, int> key(input.batch, input.time);
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    if (static_cast<int>(graphs_.size()) >= BackendOptions::kMaxCudaGraphs) graphs_.clear();
+    if (absl::Status s = CudaStatus(
+            cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph capture");
+        !s.ok()) {
+      return s;
+    }
+    const absl::Status enqueued = Enqueue(input, output);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t instantiated = cudaErrorInvalidValue;
+    if (enqueued.ok() && ended == cudaSuccess && graph != nullptr) {
+      instantiated = cudaGraphInstantiate(&exec, graph, 0);
+    }
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (!enqueued.ok()) {
+      cudaGetLastError();
+      return enqueued;  // a launch error: the same as without graphs
+    }
+    if (ended != cudaSuccess || instantiated != cudaSuccess) {
+      // CUDA refused the capture (a driver or runtime without full graph support): run this
+      // backend without graphs from now on.
+      const cudaError_t error = ended != cudaSuccess ? ended : instantiated;
+      cudaGetLastError();
+      std::cerr << "jasper: CUDA backend: graph capture failed (" << cudaGetErrorString(error)
+                << "); launching kernels directly\n";
+      graphs_enabled_ = false;
+      graphs_.clear();
+      return Enqueue(input, output);
+    }
+    it = graphs_.emplace(key, exec).first;
+  }
+  return CudaStatus(cudaGraphLaunch(it->second.get(), stream_), "cudaGraphLaunch");
 }
 
 }  // namespace

@@ -39,6 +39,9 @@ ABSL_FLAG(std::string, language_code, kDefaults.language_code, "BCP-47 language 
 ABSL_FLAG(std::string, device, kDefaults.device, "auto, cpu or cuda.");
 ABSL_FLAG(std::string, gpu_precision, kDefaults.gpu_precision,
           "GPU activations and GEMM operands: fp32, fp16 or bf16 (FP32 accumulation).");
+ABSL_FLAG(bool, cuda_graphs, kDefaults.cuda_graphs,
+          "GPU only: replay each batch shape's whole forward as one CUDA graph (captured on its "
+          "first batch).");
 ABSL_FLAG(int, num_workers, kDefaults.num_workers,
           "Backend replicas (scheduler worker threads); 0: one per core on the CPU backend (at "
           "most 64), 1 on CUDA. [0, 64]");
@@ -170,6 +173,7 @@ int main(int argc, char** argv) {
   options.language_code = absl::GetFlag(FLAGS_language_code);
   options.device = absl::GetFlag(FLAGS_device);
   options.gpu_precision = absl::GetFlag(FLAGS_gpu_precision);
+  options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   options.num_workers = absl::GetFlag(FLAGS_num_workers);
   options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   options.warmup = absl::GetFlag(FLAGS_warmup);

@@ -77,8 +77,10 @@ std::string ServerOptions::ToString() const {
   absl::StrAppendFormat(&out, "listen_address=%s model_dir=%s model_name=%s language_code=%s\n",
                         listen_address, model_dir, model_name, language_code);
   absl::StrAppendFormat(&out,
-                        "device=%s gpu_precision=%s num_workers=%d cpu_threads=%d warmup=%d\n",
-                        device, gpu_precision, num_workers, cpu_threads, warmup);
+                        "device=%s gpu_precision=%s cuda_graphs=%s num_workers=%d cpu_threads=%d "
+                        "warmup=%d\n",
+                        device, gpu_precision, cuda_graphs ? "true" : "false", num_workers,
+                        cpu_threads, warmup);
   absl::StrAppendFormat(&out,
                         "max_concurrent_streams=%d max_message_bytes=%d max_stream_duration_ms=%d "
                         "idle_timeout_ms=%d shutdown_grace_ms=%d idle_memory_release_ms=%d\n",

@@ -33,6 +33,8 @@ struct ServerOptions {
   // GPU only: "fp32" (CUDA cores, matches the CPU), "fp16" or "bf16" (tensor cores, FP32
   // accumulation; greedy transcripts equal FP32's on the parity fixtures). Ignored on the CPU.
   std::string gpu_precision = "fp32";
+  // GPU only: replay each batch shape's forward as one CUDA graph (BackendOptions::cuda_graphs).
+  bool cuda_graphs = true;
   // Backend replicas = scheduler worker threads. 0 (default): automatic, one per core
   // (std::thread::hardware_concurrency(), clamped to [1, 64]) on the CPU backend, 1 on CUDA.
   // In a container set it: the count is the node's (or cpuset's) cores, not the CPU limit.

@@ -99,6 +99,7 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const Serve
   absl::StatusOr<GpuPrecision> precision = ParseGpuPrecision(options.gpu_precision);
   if (!precision.ok()) return precision.status();
   backend_options.gpu_precision = *precision;
+  backend_options.cuda_graphs = options.cuda_graphs;
   backend_options.max_batch = options.scheduler.max_batch_size;
   std::vector<std::unique_ptr<Backend>> replicas;
   std::vector<const Backend*> backends;  // owned by the scheduler below; for the metrics
