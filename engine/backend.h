@@ -87,9 +87,10 @@ struct BackendOptions {
   // GPU backends only (the CPU always runs FP32).
   GpuPrecision gpu_precision = GpuPrecision::kFp32;
   // CUDA: replay each (batch, frames) shape's whole forward (features in, every launch, results
-  // out) as one CUDA graph, captured on the shape's first Run. Up to kMaxCudaGraphs shapes are
-  // kept (then all are dropped and recaptured); growing the workspaces drops them. Off (or with
-  // keep_block_outputs): every Run launches each kernel itself. Ignored by the CPU.
+  // out) as one CUDA graph, captured on the shape's second Run (the first launches directly). Up to
+  // kMaxCudaGraphs shapes are kept (then all are dropped and recaptured); growing the workspaces
+  // drops them. Off (or with keep_block_outputs): every Run launches each kernel itself. Ignored by
+  // the CPU.
   bool cuda_graphs = true;
   static constexpr int kMaxCudaGraphs = 64;
 

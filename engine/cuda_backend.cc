@@ -9,6 +9,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -147,7 +148,7 @@ class CudaBackend final : public Backend {
   // features and lengths up, every sub-block, the head, the results down. With
   // keep_block_outputs it also downloads (and waits for) each block's output.
   absl::Status Enqueue(const FeatureBatch& input, BackendOutput* output);
-  // Enqueue() through the graph of this shape: captured first when there is none (see
+  // Enqueue() through the graph of this shape: captured on the shape's second Run (see
   // BackendOptions::cuda_graphs). A capture that CUDA refuses turns graphs off for this backend
   // (one log line) and enqueues directly.
   absl::Status EnqueueGraph(const FeatureBatch& input, BackendOutput* output);
@@ -198,6 +199,7 @@ class CudaBackend final : public Backend {
   // Captured forwards by (batch, frames); they hold the buffers' addresses, so they are
   // dropped whenever a buffer is reallocated. Declared last: destroyed before the buffers.
   std::map<std::pair<int, int>, GraphExec> graphs_;
+  std::set<std::pair<int, int>> shapes_seen_;  // shapes run at least once
   bool graphs_enabled_ = true;
 };
 
@@ -585,6 +587,10 @@ absl::Status CudaBackend::EnqueueGraph(const FeatureBatch& input, BackendOutput*
   const std::pair<int, int> key(input.batch, input.time);
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
+    // A shape's first Run launches directly: rare shapes get no graph, and every kernel has
+    // done its one-time setup (shared-memory opt-in) before any capture.
+    if (shapes_seen_.size() >= 4 * BackendOptions::kMaxCudaGraphs) shapes_seen_.clear();
+    if (shapes_seen_.insert(key).second) return Enqueue(input, output);
     if (static_cast<int>(graphs_.size()) >= BackendOptions::kMaxCudaGraphs) graphs_.clear();
     if (absl::Status s = CudaStatus(
             cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph capture");

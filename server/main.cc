@@ -41,7 +41,7 @@ ABSL_FLAG(std::string, gpu_precision, kDefaults.gpu_precision,
           "GPU activations and GEMM operands: fp32, fp16 or bf16 (FP32 accumulation).");
 ABSL_FLAG(bool, cuda_graphs, kDefaults.cuda_graphs,
           "GPU only: replay each batch shape's whole forward as one CUDA graph (captured on its "
-          "first batch).");
+          "second batch).");
 ABSL_FLAG(int, num_workers, kDefaults.num_workers,
           "Backend replicas (scheduler worker threads); 0: one per core on the CPU backend (at "
           "most 64), 1 on CUDA. [0, 64]");
