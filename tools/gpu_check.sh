@@ -38,7 +38,7 @@ case "${1:-}" in
     pkg=${2:?usage: $0 --prebuilt PKG_DIR}
     ;;
   "" ) ;;
-  -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
   *) echo "usage: $0 [--package [PKG_DIR] | --prebuilt PKG_DIR]" >&2; exit 2 ;;
 esac
 [ -n "$pkg" ] && pkg=$(mkdir -p "$pkg" && cd "$pkg" && pwd)
