@@ -16,9 +16,9 @@
 #   1. here, on a development machine with the -dev packages and nvcc (no GPU needed):
 #        tools/gpu_check.sh --package [PKG_DIR]        (default PKG_DIR: build-gpu-pkg)
 #      configures build-gpu/ (Release, CUDA architecture 90 only = sm_90 SASS + PTX), builds
-#      the two test binaries (static GoogleTest and static CUDA runtime, so they need only the
-#      driver) and copies them with their non-system shared libraries (Abseil, OpenBLAS, ...)
-#      into PKG_DIR/{bin,lib} (about 45 MB; build-* is git-ignored, so carry it explicitly);
+#      the two test binaries and cuda_bench (static GoogleTest and CUDA runtime, so they need the
+#      driver only) and copies them with their non-system shared libraries (Abseil, OpenBLAS, ...)
+#      into PKG_DIR/{bin,lib} (about 47 MB; build-* is git-ignored, so carry it explicitly);
 #   2. on the GPU machine:
 #        tools/gpu_check.sh --prebuilt PKG_DIR         (nothing is compiled there)
 #   On a machine that has both the -dev packages and a GPU, `tools/gpu_check.sh` alone builds
