@@ -365,9 +365,15 @@ TEST(FeaturizerTest, ComputeStreamingIsBitwiseComputeAndReusesFrames) {
       EXPECT_EQ(std::memcmp(got->data.data(), want->data.data(), 4 * want->data.size()), 0);
       const int64_t reused = cache.reused_frames - reused_before;
       reused_before = cache.reused_frames;
-      if (w >= 1 && w <= 3) EXPECT_GT(reused, 150) << "overlapping grid-aligned windows";
-      if (w == windows.size() - 5) EXPECT_EQ(reused, 0) << "off the hop grid";
-      if (w == windows.size() - 3) EXPECT_GT(reused, 300) << "a repeated window";
+      if (w >= 1 && w <= 3) {
+        EXPECT_GT(reused, 150) << "overlapping grid-aligned windows";
+      }
+      if (w == windows.size() - 5) {
+        EXPECT_EQ(reused, 0) << "off the hop grid";
+      }
+      if (w == windows.size() - 3) {
+        EXPECT_GT(reused, 300) << "a repeated window";
+      }
     }
     // An error (too short, non-finite) leaves the cache as it was.
     const FrameCache before = cache;
