@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/gpu_check.sh: one command that checks the CUDA kernels and the CUDA backend on a GPU.
 #
-# Runs cuda_tiling_test (CPU), cuda_kernels_test (all kernel/head/backend tests), then
+# Runs cuda_tiling_test (CPU), cuda_kernels_test (all kernel/head/backend tests), the NeMo
+# parity suite on CUDA (parity_test's FP32/FP16/BF16 CUDA cases on the committed fixtures), then
 # compute-sanitizer --tool memcheck and --tool racecheck on the reduced case set
 # (JASPER_CUDA_TEST_QUICK=1 + a gtest filter), then the speed benchmark (issue 7: cuda_bench
 # --quick in FP16 beside cuDNN, then tools/bench_cuda_torch.py for PyTorch eager, when python3
@@ -55,7 +56,7 @@ configure_and_build() {
   cmake -S "$repo" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DJASPER_CUDA=ON \
     -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DCMAKE_CUDA_ARCHITECTURES=90 >"$build_dir.configure.log" 2>&1 \
     || { tail -30 "$build_dir.configure.log" >&2; return 1; }
-  cmake --build "$build_dir" --target cuda_tiling_test cuda_kernels_test cuda_bench \
+  cmake --build "$build_dir" --target cuda_tiling_test cuda_kernels_test parity_test cuda_bench \
     >"$build_dir.build.log" 2>&1 \
     || { tail -40 "$build_dir.build.log" >&2; return 1; }
 }
@@ -85,9 +86,9 @@ if [ "$mode" = package ]; then
   rm -rf "${pkg:?}/bin" "${pkg:?}/lib" "${pkg:?}/logs"
   mkdir -p "$pkg/bin" "$pkg/lib"
   cp "$build_dir/tests/cuda_tiling_test" "$build_dir/tests/cuda_kernels_test" \
-    "$build_dir/tools/bench/cuda_bench" "$pkg/bin/"
+    "$build_dir/tests/parity_test" "$build_dir/tools/bench/cuda_bench" "$pkg/bin/"
   bundle_libs "$pkg/lib" "$pkg/bin/cuda_tiling_test" "$pkg/bin/cuda_kernels_test" \
-    "$pkg/bin/cuda_bench" >/dev/null || exit 1
+    "$pkg/bin/parity_test" "$pkg/bin/cuda_bench" >/dev/null || exit 1
   cp "$0" "$pkg/gpu_check.sh"
   {
     echo "built: $(date -u +%FT%TZ) on $(hostname)"
@@ -169,6 +170,9 @@ race_filter='Cases/CudaKernelsTest.*:Precisions/CudaHeadTest.LogSoftmax*'
 
 step "cuda_tiling_test (CPU)" 60 "$logs/cuda_tiling_test.log" "$bin/cuda_tiling_test"
 step "cuda_kernels_test (all)" 180 "$logs/cuda_kernels_test.log" "$bin/cuda_kernels_test"
+# The fixtures are read from this checkout (the binary's compiled-in source path may differ).
+step "parity_test (NeMo fixtures, CUDA)" 120 "$logs/parity_test.log" \
+  env JASPER_SOURCE_DIR="$repo" "$bin/parity_test" --gtest_filter='*cuda*'
 if [ -n "$sanitizer" ]; then
   step "memcheck (quick set)" 150 "$logs/memcheck.log" \
     env JASPER_CUDA_TEST_QUICK=1 "$sanitizer" --tool memcheck --error-exitcode 1 \
