@@ -200,7 +200,9 @@ class CudaBackend final : public Backend {
   // dropped whenever a buffer is reallocated. Declared last: destroyed before the buffers.
   std::map<std::pair<int, int>, GraphExec> graphs_;
   std::set<std::pair<int, int>> shapes_seen_;  // shapes run at least once
-  bool graphs_enabled_ = true;
+  // options.cuda_graphs, off with keep_block_outputs (those runs sync mid-forward) and after a
+  // refused capture.
+  bool graphs_enabled_ = options_.cuda_graphs && !options_.keep_block_outputs;
 };
 
 absl::Status CudaBackend::Upload(const void* host, std::size_t bytes, DeviceBuffer* buffer) {
@@ -446,8 +448,8 @@ absl::Status CudaBackend::Run(const FeatureBatch& input, BackendOutput* output) 
   if (options_.keep_block_outputs) {
     ResetBlockOutputs(static_cast<int>(model_->blocks().size()), output);
   }
-  const bool graph = graphs_enabled_ && options_.cuda_graphs && !options_.keep_block_outputs;
-  if (absl::Status s = graph ? EnqueueGraph(input, output) : Enqueue(input, output); !s.ok()) {
+  if (absl::Status s = graphs_enabled_ ? EnqueueGraph(input, output) : Enqueue(input, output);
+      !s.ok()) {
     return s;
   }
   if (absl::Status s = CudaStatus(cudaStreamSynchronize(stream_), "run"); !s.ok()) return s;

@@ -283,7 +283,7 @@ int Featurizer::PadFrames(int frames) const {
 }
 
 absl::StatusOr<int> Featurizer::PaddedFrames(size_t num_samples) const {
-  absl::StatusOr<int> valid = CheckLength(num_samples, config_.normalize == "per_feature" ? 2 : 1);
+  absl::StatusOr<int> valid = CheckLength(num_samples, MinValidFrames());
   if (!valid.ok()) return valid.status();
   return PadFrames(StftFrames(static_cast<int>(num_samples)));
 }
@@ -375,59 +375,57 @@ int Featurizer::LogMel(absl::Span<const float> samples, int num_frames, std::vec
 }
 
 absl::StatusOr<Features> Featurizer::Compute(absl::Span<const float> samples) const {
-  const bool normalize = config_.normalize == "per_feature";
-  absl::StatusOr<int> valid = CheckInput(samples, normalize ? 2 : 1);
+  absl::StatusOr<int> valid = CheckInput(samples, MinValidFrames());
   if (!valid.ok()) return valid.status();
   std::vector<double> logmel;
   LogMel(samples, *valid, &logmel);
-  return Finish(&logmel, *valid, StftFrames(static_cast<int>(samples.size())));
+  return Finish(logmel, *valid, StftFrames(static_cast<int>(samples.size())));
 }
 
 absl::StatusOr<Features> Featurizer::ComputeStreaming(absl::Span<const float> samples,
                                                       int64_t first_sample,
                                                       FrameCache* cache) const {
-  absl::StatusOr<int> valid = CheckInput(samples, config_.normalize == "per_feature" ? 2 : 1);
+  absl::StatusOr<int> valid = CheckInput(samples, MinValidFrames());
   if (!valid.ok()) return valid.status();
   std::vector<double> logmel;
   std::vector<uint8_t> interior;
   const int reused = LogMel(samples, *valid, &logmel, cache, first_sample, &interior);
-  cache->logmel.assign(logmel.begin(), logmel.end());
-  cache->interior = std::move(interior);
+  Features result = Finish(logmel, *valid, StftFrames(static_cast<int>(samples.size())));
+  cache->logmel.swap(logmel);  // Finish leaves the rows as they were: no copy needed
+  cache->interior.swap(interior);
   cache->first_sample = first_sample;
   cache->reused_frames += reused;
-  return Finish(&logmel, *valid, StftFrames(static_cast<int>(samples.size())));
+  return result;
 }
 
-Features Featurizer::Finish(std::vector<double>* logmel_rows, int valid, int stft_frames) const {
-  std::vector<double>& logmel = *logmel_rows;
+Features Featurizer::Finish(const std::vector<double>& logmel, int valid, int stft_frames) const {
   const int features = config_.features;
-  const int padded = PadFrames(stft_frames);
-  const int n = valid;
-  const bool normalize = config_.normalize == "per_feature";
-  if (normalize) {
-    for (int m = 0; m < features; ++m) {
-      double sum = 0.0;
-      for (int t = 0; t < n; ++t) sum += logmel[static_cast<size_t>(t) * features + m];
-      const double mean = sum / n;
-      double sq = 0.0;
-      for (int t = 0; t < n; ++t) {
-        const double d = logmel[static_cast<size_t>(t) * features + m] - mean;
-        sq += d * d;
-      }
-      const double std_dev = std::sqrt(sq / (n - 1.0)) + kNormalizeConstant;
-      for (int t = 0; t < n; ++t) {
-        double& x = logmel[static_cast<size_t>(t) * features + m];
-        x = (x - mean) / std_dev;
-      }
-    }
-  }
-
   Features result;
   result.num_features = features;
-  result.valid_frames = n;
-  result.padded_frames = padded;
-  result.data.assign(static_cast<size_t>(padded) * features, static_cast<float>(config_.pad_value));
-  for (size_t i = 0; i < logmel.size(); ++i) result.data[i] = static_cast<float>(logmel[i]);
+  result.valid_frames = valid;
+  result.padded_frames = PadFrames(stft_frames);
+  result.data.assign(static_cast<size_t>(result.padded_frames) * features,
+                     static_cast<float>(config_.pad_value));
+  if (config_.normalize != "per_feature") {
+    for (size_t i = 0; i < logmel.size(); ++i) result.data[i] = static_cast<float>(logmel[i]);
+    return result;
+  }
+  const int n = valid;
+  for (int m = 0; m < features; ++m) {
+    double sum = 0.0;
+    for (int t = 0; t < n; ++t) sum += logmel[static_cast<size_t>(t) * features + m];
+    const double mean = sum / n;
+    double sq = 0.0;
+    for (int t = 0; t < n; ++t) {
+      const double d = logmel[static_cast<size_t>(t) * features + m] - mean;
+      sq += d * d;
+    }
+    const double std_dev = std::sqrt(sq / (n - 1.0)) + kNormalizeConstant;
+    for (int t = 0; t < n; ++t) {
+      const size_t i = static_cast<size_t>(t) * features + m;
+      result.data[i] = static_cast<float>((logmel[i] - mean) / std_dev);
+    }
+  }
   return result;
 }
 

@@ -94,9 +94,11 @@ class Featurizer {
   int LogMel(absl::Span<const float> samples, int num_frames, std::vector<double>* out,
              const FrameCache* reuse = nullptr, int64_t first_sample = 0,
              std::vector<uint8_t>* interior = nullptr) const;
-  // Compute()'s tail: per-feature normalisation of `logmel` (`valid` rows, in place) and the
-  // padded FP32 result of `stft_frames` STFT frames.
-  Features Finish(std::vector<double>* logmel, int valid, int stft_frames) const;
+  // Compute()'s tail: the padded FP32 result of `stft_frames` STFT frames from the `valid` rows
+  // of `logmel`, normalised per feature when the config says so (`logmel` is left unchanged).
+  Features Finish(const std::vector<double>& logmel, int valid, int stft_frames) const;
+  // Valid frames Compute() needs: 2 with per_feature normalisation (unbiased std), else 1.
+  int MinValidFrames() const { return config_.normalize == "per_feature" ? 2 : 1; }
   // Shared checks of Compute/ComputeUnnormalized; returns the valid frame count (>= min_valid).
   absl::StatusOr<int> CheckInput(absl::Span<const float> samples, int min_valid) const;
   // The length part of CheckInput.

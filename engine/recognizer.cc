@@ -9,7 +9,7 @@ namespace jasper {
 
 OfflineRecognizer::OfflineRecognizer(std::shared_ptr<const Model> model,
                                      std::unique_ptr<Backend> backend)
-    : model_(std::move(model)), featurizer_(model_->featurizer()), backend_(std::move(backend)) {}
+    : model_(std::move(model)), backend_(std::move(backend)) {}
 
 absl::StatusOr<std::unique_ptr<OfflineRecognizer>> OfflineRecognizer::Create(
     std::shared_ptr<const Model> model, const BackendOptions& options) {
@@ -38,7 +38,7 @@ absl::StatusOr<std::vector<Transcript>> OfflineRecognizer::RecognizeBatch(
   std::vector<Features> features;
   features.reserve(utterances.size());
   for (size_t i = 0; i < utterances.size(); ++i) {
-    absl::StatusOr<Features> f = featurizer_.Compute(utterances[i]);
+    absl::StatusOr<Features> f = featurizer().Compute(utterances[i]);
     if (!f.ok()) {
       return absl::Status(f.status().code(),
                           absl::StrCat("utterance ", i, ": ", f.status().message()));

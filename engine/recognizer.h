@@ -48,7 +48,7 @@ class OfflineRecognizer {
   absl::StatusOr<std::vector<Transcript>> RecognizeFeatures(const std::vector<Features>& features,
                                                             BackendOutput* outputs = nullptr);
 
-  const Featurizer& featurizer() const { return featurizer_; }
+  const Featurizer& featurizer() const { return model_->featurizer(); }
   const Model& model() const { return *model_; }
   const Backend& backend() const { return *backend_; }
   // Milliseconds per encoder frame (hop x subsampling; 20 ms for QuartzNet/Jasper).
@@ -57,7 +57,6 @@ class OfflineRecognizer {
  private:
   OfflineRecognizer(std::shared_ptr<const Model> model, std::unique_ptr<Backend> backend);
   std::shared_ptr<const Model> model_;
-  const Featurizer& featurizer_;  // the model's (model_ keeps it alive)
   std::unique_ptr<Backend> backend_;
 };
 

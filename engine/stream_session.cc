@@ -146,7 +146,6 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
   Scheduler* const scheduler_;
   Clock* const clock_;
   const StreamingOptions options_;
-  const Featurizer& featurizer_;  // the model's (model_ keeps it alive)
   const int blank_id_;
   int sample_rate_ = 0;
   int64_t samples_per_frame_ = 0;  // encoder frame (hop x subsampling)
@@ -207,14 +206,13 @@ StreamSession::Impl::Impl(std::shared_ptr<const Model> model, Scheduler* schedul
       scheduler_(scheduler),
       clock_(scheduler->clock()),
       options_(options),
-      featurizer_(model_->featurizer()),
       blank_id_(model_->config().blank_id()),
       input_(std::move(input)),
       decoder_(model_->config().blank_id()),
       callbacks_(std::move(callbacks)) {}
 
 absl::Status StreamSession::Impl::Init() {
-  const FeaturizerConfig& fc = featurizer_.config();
+  const FeaturizerConfig& fc = model_->featurizer().config();
   sample_rate_ = fc.sample_rate;
   samples_per_frame_ = static_cast<int64_t>(fc.HopLength()) * model_->config().subsampling_factor();
   ms_per_frame_ = 1000.0 * static_cast<double>(samples_per_frame_) / sample_rate_;
@@ -247,7 +245,7 @@ absl::Status StreamSession::Impl::Init() {
           ? 0
           : static_cast<int>(std::ceil(options_.endpoint_silence_ms / ms_per_frame_ - 1e-9));
   // The padded size of a full window; every window is padded to it (one bucket).
-  absl::StatusOr<int> padded = featurizer_.PaddedFrames(
+  absl::StatusOr<int> padded = model_->featurizer().PaddedFrames(
       static_cast<size_t>(left_samples_ + chunk_samples_ + right_samples_));
   if (!padded.ok()) return padded.status();
   window_padded_frames_ = *padded;
@@ -460,7 +458,7 @@ void StreamSession::Impl::CutWindows(std::vector<Cut>* cuts) {
       // The last window before a flush: a partial chunk, no right context, all its frames.
       window_end = mark->sample;
       const int total = EncoderFrames(
-          *model_, featurizer_.ValidFrames(static_cast<int>(window_end - window_start)));
+          *model_, model_->featurizer().ValidFrames(static_cast<int>(window_end - window_start)));
       slot.chunk_frames = std::max(0, total - chunk_offset);
       slot.lookahead_frames = 0;
       slot.before_flush = true;
@@ -520,7 +518,7 @@ void StreamSession::Impl::Featurize(Cut* cut) const {
     // Consecutive windows overlap (left and right context): frames they share are computed
     // once (bitwise the same features as Compute()).
     std::lock_guard<std::mutex> lock(frame_cache_mu_);
-    f = featurizer_.ComputeStreaming(cut->audio, cut->first_sample, &frame_cache_);
+    f = model_->featurizer().ComputeStreaming(cut->audio, cut->first_sample, &frame_cache_);
   }
   cut->audio = {};
   if (!f.ok()) {
@@ -532,7 +530,7 @@ void StreamSession::Impl::Featurize(Cut* cut) const {
     // Every window has the same padded size, so windows share a scheduler bucket.
     cut->features.data.resize(
         static_cast<size_t>(window_padded_frames_) * cut->features.num_features,
-        static_cast<float>(featurizer_.config().pad_value));
+        static_cast<float>(model_->featurizer().config().pad_value));
     cut->features.padded_frames = window_padded_frames_;
   }
 }

@@ -114,11 +114,10 @@ def bench_model(row, dtype, device, samples):
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
             x = x_host.to(device, non_blocking=True).to(dtype)
-            ids = model(x).argmax(dim=1).cpu()
+            model(x).argmax(dim=1).cpu()  # the ids back on the host, as Backend::Run
             t1 = time.perf_counter()
             if i >= 3:
                 times.append(1e3 * (t1 - t0))
-    del ids
     return statistics.median(times)
 
 
