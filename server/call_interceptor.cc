@@ -8,6 +8,7 @@
 #include "grpc/grpc.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/interceptor.h"
+#include "server/tsan_hand_off.h"
 #include "spdlog/spdlog.h"
 
 namespace jasper::server {
@@ -26,6 +27,7 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
         active_(metrics->CallStarted(method_)) {}
 
   ~CallInterceptor() override {
+    TsanConsume(this);  // hooks ran on gRPC's threads; gRPC destroys this after the last one
     if (!ended_.exchange(true)) metrics_->CallEnded(active_);
     // A call that never sent a status (torn down by the transport) counts as cancelled.
     if (!recorded_.exchange(true)) metrics_->CallFinished(method_, GRPC_STATUS_CANCELLED);
@@ -36,14 +38,15 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
         keys_ != nullptr) {
       CheckKey(*methods->GetRecvInitialMetadata());
     }
-    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE) &&
-        unauthenticated_.load()) {
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE)) {
+      void* message = methods->GetRecvMessage();
       // The handler still runs for a refused call: hand it an empty request, so that no audio
       // of an unauthenticated client reaches the engine. Only the ASR services get here (health
       // and reflection are never refused), and their requests are protobuf messages.
-      if (void* message = methods->GetRecvMessage()) {
+      if (message != nullptr && unauthenticated_.load()) {
         static_cast<google::protobuf::Message*>(message)->Clear();
       }
+      TsanPublish(message);  // the reaction that reads it may run on another thread
     }
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS) &&
         !recorded_.exchange(true)) {
@@ -55,6 +58,7 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
       // is destroyed).
       if (!ended_.exchange(true)) metrics_->CallEnded(active_);
     }
+    TsanPublish(this);
     methods->Proceed();
   }
 

@@ -49,6 +49,7 @@
 #include "server/call_link.h"
 #include "server/serving_engine.h"
 #include "server/timer_queue.h"
+#include "server/tsan_hand_off.h"
 
 namespace jasper::server {
 
@@ -151,7 +152,10 @@ class StreamCall final
 
   explicit StreamCall(ServingEngine* engine) : StreamCallCore(engine, Adapter::kApi) { Start(); }
 
-  void OnReadDone(bool ok) override { HandleReadDone(ok); }
+  void OnReadDone(bool ok) override {
+    TsanConsume(&request_);  // parsed on gRPC's thread (server/tsan_hand_off.h)
+    HandleReadDone(ok);
+  }
   void OnWriteDone(bool ok) override { HandleWriteDone(ok); }
   void OnCancel() override { HandleCancel(); }
   void OnDone() override {
