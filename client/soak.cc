@@ -252,8 +252,10 @@ bool HealthServing(const std::shared_ptr<grpc::Channel>& channel) {
 
 // One streaming call following `scenario`; `stop` cuts a normal stream short (it then
 // half-closes early and still expects its final). `wait_for_ready` makes the call wait out
-// a channel that is still connecting (warm-up only: the load and shutdown phases must see
-// UNAVAILABLE as it happens).
+// a channel that is (re)connecting instead of failing at once with UNAVAILABLE: warm-up and
+// load use it (a server that stops accepting then fails the calls by their deadline, and the
+// statuses the server itself sends are unchanged); the shutdown phase does not, as it must see
+// UNAVAILABLE as it happens.
 Outcome RunStream(asr::Asr::Stub* stub, const AudioFile& file, Scenario scenario, std::mt19937* rng,
                   double speed, int max_message_bytes, bool wait_for_ready = false) {
   Outcome out;
@@ -508,7 +510,8 @@ int main(int argc, char** argv) {
       while (now > prev && !max_in_flight.compare_exchange_weak(prev, now)) {
       }
       const bool during_shutdown_before = shutting_down.load();
-      const Outcome o = RunStream(stub.get(), files[rng() % files.size()], s, &rng, speed, max_msg);
+      const Outcome o = RunStream(stub.get(), files[rng() % files.size()], s, &rng, speed, max_msg,
+                                  /*wait_for_ready=*/phase == "load");
       --in_flight;
       std::string why;
       const bool sd = during_shutdown_before || shutting_down.load();

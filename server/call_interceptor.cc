@@ -31,9 +31,11 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
     if (!ended_.exchange(true)) metrics_->CallEnded(active_);
     // A call that never sent a status (torn down by the transport) counts as cancelled.
     if (!recorded_.exchange(true)) metrics_->CallFinished(method_, GRPC_STATUS_CANCELLED);
+    TsanPublish(metrics_);  // consumed by JasperServer::Shutdown once gRPC has shut down
   }
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    TsanConsume(metrics_);  // see CreateServerInterceptor
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_INITIAL_METADATA) &&
         keys_ != nullptr) {
       CheckKey(*methods->GetRecvInitialMetadata());
@@ -110,6 +112,10 @@ bool CallInterceptorFactory::IsOpenMethod(absl::string_view full_method) {
 
 grpc::experimental::Interceptor* CallInterceptorFactory::CreateServerInterceptor(
     grpc::experimental::ServerRpcInfo* info) {
+  // Every call enters jasper code here first, then through Intercept(), on threads gRPC may
+  // have created for an earlier server: what JasperServer::Start built before starting gRPC
+  // (published on the metrics object) happens-before (server/tsan_hand_off.h).
+  TsanConsume(metrics_);
   const bool check = keys_ != nullptr && info->method() != nullptr && !IsOpenMethod(info->method());
   return new CallInterceptor(info, metrics_, check ? keys_->Current() : nullptr);
 }

@@ -10,6 +10,7 @@
 #include "server/auth.h"
 #include "server/call_interceptor.h"
 #include "server/tls.h"
+#include "server/tsan_hand_off.h"
 #include "spdlog/spdlog.h"
 
 namespace jasper::server {
@@ -99,6 +100,9 @@ absl::StatusOr<std::unique_ptr<JasperServer>> JasperServer::Start(const ServerOp
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(server->asr_service_.get());
   builder.RegisterService(server->riva_service_.get());
+  // gRPC's threads reach the state built above through its uninstrumented core; the
+  // interceptor consumes this for TSan (server/tsan_hand_off.h).
+  TsanPublish(server->engine_->metrics());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen_address));
@@ -139,6 +143,7 @@ void JasperServer::Shutdown() {
   }
   // Calls still open are cancelled at the deadline; unary calls already done return at once.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  TsanConsume(engine_->metrics());  // every call's last touch (~CallInterceptor) is done
   engine_->scheduler()->Shutdown();
   spdlog::info("shutdown complete");
 }

@@ -102,6 +102,9 @@ void OfflineCallCore::FinishLocked(absl::Status status) {
   if (finished_) return;
   finished_ = true;
   if (!status.ok()) spdlog::debug("{} Recognize ended: {}", api_, status.ToString());
+  // No session, or it has delivered on_done: the slot comes back before the client can see the
+  // status (see StreamCallCore::MaybeFinishLocked).
+  ticket_.reset();
   DoFinish(ToGrpcStatus(status));
 }
 

@@ -16,7 +16,8 @@
 //   };
 //
 // Ownership: gRPC owns the reactor (deleted in OnDone), the request and the response; the
-// reactor owns its session and admission ticket. Thread-safety: as StreamCall.
+// reactor owns its session and admission ticket (given back when the call is finished).
+// Thread-safety: as StreamCall.
 #ifndef JASPER_SERVER_OFFLINE_CALL_H_
 #define JASPER_SERVER_OFFLINE_CALL_H_
 

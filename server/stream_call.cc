@@ -242,6 +242,10 @@ void StreamCallCore::MaybeFinishLocked() {
   } else {
     spdlog::debug("{} stream ended: {}", api_, s.ToString());
   }
+  // The session has ended (final_status_ is set only then): the admission slot comes back now,
+  // not when gRPC gets round to OnDone, so a client that opens its next stream on seeing this
+  // status is not refused for a slot this call no longer uses.
+  ticket_.reset();
   DoFinish(ToGrpcStatus(s));
 }
 

@@ -26,7 +26,8 @@
 // and the last queued write. No reaction blocks: session methods only copy and enqueue.
 //
 // Ownership: gRPC owns the reactor; it deletes itself in OnDone. It owns its session and its
-// admission ticket; engine callbacks reach it through a CallLink that OnDone detaches.
+// admission ticket (given back when the call is finished, the session having ended); engine
+// callbacks reach it through a CallLink that OnDone detaches.
 // Thread-safety: reactions, session callbacks (scheduler callback thread), timers and the
 // drain signal may run concurrently; all state is guarded by one mutex.
 #ifndef JASPER_SERVER_STREAM_CALL_H_
@@ -70,7 +71,8 @@ class StreamCallCore {
   void HandleReadDone(bool ok) ABSL_LOCKS_EXCLUDED(mu_);
   void HandleWriteDone(bool ok) ABSL_LOCKS_EXCLUDED(mu_);
   void HandleCancel() ABSL_LOCKS_EXCLUDED(mu_);
-  // Detaches the link and releases the session and the ticket; the shell then deletes itself.
+  // Detaches the link and releases the session (and the ticket, if the call never finished);
+  // the shell then deletes itself.
   void HandleDone() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Implemented by the shell (called with mu_ held; must not block).

@@ -8,7 +8,10 @@
 // read of the message as a race with the parser's writes. The interceptor publishes the message
 // (TsanPublish) once it has been parsed; the reaction consumes it (TsanConsume) before reading.
 // Likewise the interceptor's own state: its hooks run on gRPC's threads, and gRPC destroys it
-// (on yet another) after the last hook has returned.
+// (on yet another) after the last hook has returned. And the server's own state: gRPC runs
+// calls on threads it may have created for an earlier server, so JasperServer::Start publishes
+// what it built (on the metrics object) before starting gRPC, every interceptor entry consumes
+// it, and ~CallInterceptor publishes back to JasperServer::Shutdown.
 //
 // Both are no-ops outside TSan builds. Thread-safety: callable from any thread.
 #ifndef JASPER_SERVER_TSAN_HAND_OFF_H_
