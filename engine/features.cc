@@ -288,6 +288,58 @@ absl::StatusOr<int> Featurizer::PaddedFrames(size_t num_samples) const {
   return PadFrames(StftFrames(static_cast<int>(num_samples)));
 }
 
+void Featurizer::FrameLogMel(absl::Span<const float> y, int t, FrameScratch* scratch,
+                             double* dst) const {
+  const int length = static_cast<int>(y.size());
+  const int n_fft = config_.n_fft;
+  const int pad = n_fft / 2;
+  const int bins = n_fft / 2 + 1;
+  const int features = config_.features;
+  const bool reflect = config_.stft_mode == StftMode::kLegacy;
+  const int win_begin = (n_fft - win_length_) / 2;
+  const int win_end = win_begin + win_length_;
+  const double guard = config_.log_zero_guard_value;
+  std::vector<double>& frame = scratch->frame;
+  std::vector<std::complex<double>>& spectrum = scratch->spectrum;
+  std::vector<double>& power = scratch->power;
+  std::fill(frame.begin(), frame.end(), 0.0);
+  for (int i = win_begin; i < win_end; ++i) {
+    // Index into the signal padded by `pad` on each side.
+    int j = t * hop_length_ + i - pad;
+    float v;
+    if (j >= 0 && j < length) {
+      v = y[j];
+    } else if (reflect) {
+      j = j < 0 ? -j : 2 * (length - 1) - j;  // pad < length, so j is in range
+      v = y[j];
+    } else {
+      v = 0.0f;
+    }
+    frame[i] = static_cast<double>(window_[i]) * v;
+  }
+  fft_->Transform(frame, absl::MakeSpan(spectrum));
+  for (int k = 0; k < bins; ++k) {
+    const double re = spectrum[k].real();
+    const double im = spectrum[k].imag();
+    const double mag = std::sqrt(re * re + im * im);
+    if (config_.mag_power == 1.0) {
+      power[k] = mag;
+    } else if (config_.mag_power == 2.0) {
+      power[k] = mag * mag;
+    } else {
+      power[k] = std::pow(mag, config_.mag_power);
+    }
+  }
+  for (int m = 0; m < features; ++m) {
+    const float* row = filterbank_.data() + static_cast<size_t>(m) * bins;
+    double acc = 0.0;
+    for (int k = fb_support_[m].first; k < fb_support_[m].second; ++k) {
+      acc += static_cast<double>(row[k]) * power[k];
+    }
+    dst[m] = config_.log ? std::log(acc + guard) : acc;
+  }
+}
+
 int Featurizer::LogMel(absl::Span<const float> samples, int num_frames, std::vector<double>* out,
                        const FrameCache* reuse, int64_t first_sample,
                        std::vector<uint8_t>* interior) const {
@@ -296,7 +348,6 @@ int Featurizer::LogMel(absl::Span<const float> samples, int num_frames, std::vec
   const int pad = n_fft / 2;
   const int bins = n_fft / 2 + 1;
   const int features = config_.features;
-  const bool reflect = config_.stft_mode == StftMode::kLegacy;
 
   // Pre-emphasis in float32, as torch computes it (the scalar is cast to float).
   std::vector<float> y(samples.begin(), samples.end());
@@ -307,12 +358,12 @@ int Featurizer::LogMel(absl::Span<const float> samples, int num_frames, std::vec
   }
 
   out->assign(static_cast<size_t>(num_frames) * features, 0.0);
-  std::vector<double> frame(n_fft);
-  std::vector<std::complex<double>> spectrum(bins);
-  std::vector<double> power(bins);
+  FrameScratch scratch;
+  scratch.frame.resize(n_fft);
+  scratch.spectrum.resize(bins);
+  scratch.power.resize(bins);
   const int win_begin = (n_fft - win_length_) / 2;
   const int win_end = win_begin + win_length_;
-  const double guard = config_.log_zero_guard_value;
   if (interior != nullptr) interior->assign(num_frames, 0);
   const bool can_reuse = reuse != nullptr && reuse->first_sample >= 0;
   int reused = 0;
@@ -334,42 +385,7 @@ int Featurizer::LogMel(absl::Span<const float> samples, int num_frames, std::vec
         }
       }
     }
-    std::fill(frame.begin(), frame.end(), 0.0);
-    for (int i = win_begin; i < win_end; ++i) {
-      // Index into the signal padded by `pad` on each side.
-      int j = t * hop_length_ + i - pad;
-      float v;
-      if (j >= 0 && j < length) {
-        v = y[j];
-      } else if (reflect) {
-        j = j < 0 ? -j : 2 * (length - 1) - j;  // pad < length, so j is in range
-        v = y[j];
-      } else {
-        v = 0.0f;
-      }
-      frame[i] = static_cast<double>(window_[i]) * v;
-    }
-    fft_->Transform(frame, absl::MakeSpan(spectrum));
-    for (int k = 0; k < bins; ++k) {
-      const double re = spectrum[k].real();
-      const double im = spectrum[k].imag();
-      const double mag = std::sqrt(re * re + im * im);
-      if (config_.mag_power == 1.0) {
-        power[k] = mag;
-      } else if (config_.mag_power == 2.0) {
-        power[k] = mag * mag;
-      } else {
-        power[k] = std::pow(mag, config_.mag_power);
-      }
-    }
-    for (int m = 0; m < features; ++m) {
-      const float* row = filterbank_.data() + static_cast<size_t>(m) * bins;
-      double acc = 0.0;
-      for (int k = fb_support_[m].first; k < fb_support_[m].second; ++k) {
-        acc += static_cast<double>(row[k]) * power[k];
-      }
-      dst[m] = config_.log ? std::log(acc + guard) : acc;
-    }
+    FrameLogMel(y, t, &scratch, dst);
   }
   return reused;
 }

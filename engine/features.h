@@ -12,6 +12,7 @@
 #ifndef JASPER_ENGINE_FEATURES_H_
 #define JASPER_ENGINE_FEATURES_H_
 
+#include <complex>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -94,6 +95,16 @@ class Featurizer {
   int LogMel(absl::Span<const float> samples, int num_frames, std::vector<double>* out,
              const FrameCache* reuse = nullptr, int64_t first_sample = 0,
              std::vector<uint8_t>* interior = nullptr) const;
+  // Buffers for FrameLogMel: frame [n_fft], spectrum and power [n_fft/2+1].
+  struct FrameScratch {
+    std::vector<double> frame;
+    std::vector<std::complex<double>> spectrum;
+    std::vector<double> power;
+  };
+  // Log-mel (or mel) of STFT frame `t` of the pre-emphasised signal `y` into dst[0, features):
+  // window, FFT, power, filterbank, log. Pure arithmetic over fixed sizes, so the fuzz build
+  // leaves it out of coverage instrumentation (fuzz/coverage_ignorelist.txt).
+  void FrameLogMel(absl::Span<const float> y, int t, FrameScratch* scratch, double* dst) const;
   // Compute()'s tail: the padded FP32 result of `stft_frames` STFT frames from the `valid` rows
   // of `logmel`, normalised per feature when the config says so (`logmel` is left unchanged).
   Features Finish(const std::vector<double>& logmel, int valid, int stft_frames) const;
