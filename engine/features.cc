@@ -215,8 +215,8 @@ absl::StatusOr<Featurizer> Featurizer::Create(const FeaturizerConfig& config,
 
   f.window_.assign(c.n_fft, 0.0f);
   const std::vector<float> hann = TorchHannWindow(f.win_length_);
-  const int left = (c.n_fft - f.win_length_) / 2;  // torch.stft's centring of a short window
-  std::copy(hann.begin(), hann.end(), f.window_.begin() + left);
+  f.win_begin_ = (c.n_fft - f.win_length_) / 2;  // torch.stft's centring of a short window
+  std::copy(hann.begin(), hann.end(), f.window_.begin() + f.win_begin_);
 
   absl::StatusOr<RealFft> fft = RealFft::Create(c.n_fft);
   if (!fft.ok()) return fft.status();
@@ -296,14 +296,13 @@ void Featurizer::FrameLogMel(absl::Span<const float> y, int t, FrameScratch* scr
   const int bins = n_fft / 2 + 1;
   const int features = config_.features;
   const bool reflect = config_.stft_mode == StftMode::kLegacy;
-  const int win_begin = (n_fft - win_length_) / 2;
-  const int win_end = win_begin + win_length_;
+  const int win_end = win_begin_ + win_length_;
   const double guard = config_.log_zero_guard_value;
   std::vector<double>& frame = scratch->frame;
   std::vector<std::complex<double>>& spectrum = scratch->spectrum;
   std::vector<double>& power = scratch->power;
   std::fill(frame.begin(), frame.end(), 0.0);
-  for (int i = win_begin; i < win_end; ++i) {
+  for (int i = win_begin_; i < win_end; ++i) {
     // Index into the signal padded by `pad` on each side.
     int j = t * hop_length_ + i - pad;
     float v;
@@ -362,16 +361,15 @@ int Featurizer::LogMel(absl::Span<const float> samples, int num_frames, std::vec
   scratch.frame.resize(n_fft);
   scratch.spectrum.resize(bins);
   scratch.power.resize(bins);
-  const int win_begin = (n_fft - win_length_) / 2;
-  const int win_end = win_begin + win_length_;
   if (interior != nullptr) interior->assign(num_frames, 0);
   const bool can_reuse = reuse != nullptr && reuse->first_sample >= 0;
   int reused = 0;
   for (int t = 0; t < num_frames; ++t) {
     double* dst = out->data() + static_cast<size_t>(t) * features;
-    // Frame t reads y[t*hop - pad + i], i in [win_begin, win_end); y[j] needs x[j] and x[j-1].
-    const int64_t lo = int64_t{t} * hop_length_ + win_begin - pad;
-    const int64_t hi = int64_t{t} * hop_length_ + win_end - 1 - pad;
+    // Frame t reads y[t*hop - pad + i], i in [win_begin_, win_begin_ + win_length_); y[j]
+    // needs x[j] and x[j-1].
+    const int64_t lo = int64_t{t} * hop_length_ + win_begin_ - pad;
+    const int64_t hi = lo + win_length_ - 1;
     const bool inside = lo >= 1 && hi <= length - 1;
     if (interior != nullptr) (*interior)[t] = inside ? 1 : 0;
     if (inside && can_reuse) {

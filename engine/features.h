@@ -123,6 +123,7 @@ class Featurizer {
   std::vector<float> filterbank_;       // [features, n_fft/2+1]
   std::vector<float> window_;           // [n_fft], Hann of win_length centred, zeros elsewhere
   int win_length_ = 0;                  // samples
+  int win_begin_ = 0;                   // first nonzero tap of window_: (n_fft - win_length) / 2
   int hop_length_ = 0;                  // samples
   std::shared_ptr<const RealFft> fft_;  // size n_fft; immutable, shared by copies
   std::vector<std::pair<int, int>> fb_support_;  // per mel row: [first, last+1) nonzero bin
