@@ -346,15 +346,16 @@ void Featurizer::FrameLogMel(absl::Span<const float> y, int t, FrameScratch* scr
   std::vector<std::complex<double>>& spectrum = scratch->spectrum;
   std::vector<double>& power = scratch->power;
   std::fill(frame.begin(), frame.end(), 0.0);
+  const float* yp = y.data();  // indices are checked below: no hardened Span::operator[]
   for (int i = win_begin_; i < win_end; ++i) {
     // Index into the signal padded by `pad` on each side.
     int j = t * hop_length_ + i - pad;
     float v;
     if (j >= 0 && j < length) {
-      v = y[j];
+      v = yp[j];
     } else if (reflect) {
       j = j < 0 ? -j : 2 * (length - 1) - j;  // pad < length, so j is in range
-      v = y[j];
+      v = yp[j];
     } else {
       v = 0.0f;
     }
