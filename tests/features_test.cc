@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -296,9 +297,19 @@ TEST(FeaturizerTest, ErrorsForEmptyShortAndNonFiniteAudio) {
   EXPECT_TRUE(MakeFeaturizer(StftMode::kNemo25, 16, 0.0, "none")
                   .Compute(absl::MakeConstSpan(x).first(200))
                   .ok());
-  std::vector<float> bad = x;
-  bad[17] = std::nanf("");
-  EXPECT_FALSE(legacy.Compute(bad).ok());
+  // A non-finite sample anywhere (first, interior, last) is rejected, and the error names it.
+  for (const size_t i : {size_t{0}, size_t{17}, x.size() - 1}) {
+    for (const float v : {std::nanf(""), std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity()}) {
+      std::vector<float> bad = x;
+      bad[i] = v;
+      r = legacy.Compute(bad);
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << i << " " << v;
+      EXPECT_NE(r.status().message().find(absl::StrCat("sample ", i, " is not finite")),
+                std::string::npos)
+          << r.status();
+    }
+  }
 }
 
 // PaddedFrames() must agree with Compute() on every length, success and error alike (the
