@@ -24,7 +24,9 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
         metrics_(metrics),
         keys_(std::move(keys)),
         method_(info->method() != nullptr ? info->method() : ""),
-        active_(metrics->CallStarted(method_)) {}
+        active_(metrics->CallStarted(method_)) {
+    TsanPublish(this);  // gRPC may run the hooks on another thread: see Intercept
+  }
 
   ~CallInterceptor() override {
     TsanConsume(this);  // hooks ran on gRPC's threads; gRPC destroys this after the last one
@@ -35,7 +37,9 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
   }
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
-    TsanConsume(metrics_);  // see CreateServerInterceptor
+    // First, before any member is read: ordered after the constructor and the earlier hooks,
+    // which may have run on other threads (and, through them, after JasperServer::Start).
+    TsanConsume(this);
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_INITIAL_METADATA) &&
         keys_ != nullptr) {
       CheckKey(*methods->GetRecvInitialMetadata());
@@ -113,9 +117,11 @@ bool CallInterceptorFactory::IsOpenMethod(absl::string_view full_method) {
 grpc::experimental::Interceptor* CallInterceptorFactory::CreateServerInterceptor(
     grpc::experimental::ServerRpcInfo* info) {
   // Every call enters jasper code here first, then through Intercept(), on threads gRPC may
-  // have created for an earlier server: what JasperServer::Start built before starting gRPC
-  // (published on the metrics object) happens-before (server/tsan_hand_off.h).
-  TsanConsume(metrics_);
+  // have created for an earlier server. JasperServer::Start publishes this factory (and with it
+  // everything it built) before it starts gRPC; consumed here before any member is read, since
+  // reading one (even to name it as the hand-off's key) would itself be the racy access
+  // (server/tsan_hand_off.h).
+  TsanConsume(this);
   const bool check = keys_ != nullptr && info->method() != nullptr && !IsOpenMethod(info->method());
   return new CallInterceptor(info, metrics_, check ? keys_->Current() : nullptr);
 }

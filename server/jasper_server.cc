@@ -91,8 +91,9 @@ absl::StatusOr<std::unique_ptr<JasperServer>> JasperServer::Start(const ServerOp
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address, *credentials, &server->port_);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(
-      std::make_unique<CallInterceptorFactory>(server->engine_->metrics(), keys));
+  auto factory = std::make_unique<CallInterceptorFactory>(server->engine_->metrics(), keys);
+  const CallInterceptorFactory* const factory_key = factory.get();  // owned by gRPC from here
+  interceptors.push_back(std::move(factory));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   // gRPC sets SO_REUSEPORT by default, so a second server on a port another gRPC server holds
@@ -100,8 +101,10 @@ absl::StatusOr<std::unique_ptr<JasperServer>> JasperServer::Start(const ServerOp
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(server->asr_service_.get());
   builder.RegisterService(server->riva_service_.get());
-  // gRPC's threads reach the state built above through its uninstrumented core; the
-  // interceptor consumes this for TSan (server/tsan_hand_off.h).
+  // gRPC's threads reach the state built above through its uninstrumented core: the factory
+  // consumes this for TSan in CreateServerInterceptor, the shutdown path on the metrics object
+  // (server/tsan_hand_off.h).
+  TsanPublish(factory_key);
   TsanPublish(server->engine_->metrics());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {

@@ -8,10 +8,16 @@
 // read of the message as a race with the parser's writes. The interceptor publishes the message
 // (TsanPublish) once it has been parsed; the reaction consumes it (TsanConsume) before reading.
 // Likewise the interceptor's own state: its hooks run on gRPC's threads, and gRPC destroys it
-// (on yet another) after the last hook has returned. And the server's own state: gRPC runs
-// calls on threads it may have created for an earlier server, so JasperServer::Start publishes
-// what it built (on the metrics object) before starting gRPC, every interceptor entry consumes
-// it, and ~CallInterceptor publishes back to JasperServer::Shutdown.
+// (on yet another) after the last hook has returned: each interceptor publishes itself at
+// construction and after every hook, and consumes itself first in every hook and in its
+// destructor. And the server's own state: gRPC runs calls on threads it may have created for an
+// earlier server, so JasperServer::Start publishes the interceptor factory (and with it all it
+// built) before starting gRPC, CreateServerInterceptor consumes it, and ~CallInterceptor
+// publishes back to JasperServer::Shutdown on the metrics object.
+//
+// The key of a hand-off must be known without reading the shared object: `this`, or an address
+// the consumer computes. Reading a member to use as the key (say, the factory's metrics pointer)
+// is itself an unordered read, and TSan reports it (CI, session 6).
 //
 // Both are no-ops outside TSan builds. Thread-safety: callable from any thread.
 #ifndef JASPER_SERVER_TSAN_HAND_OFF_H_
