@@ -77,7 +77,7 @@ asan_stage() {
     ctest --test-dir build-asan --output-on-failure -j "$(nproc)" --timeout 1800
 }
 
-TSAN_TESTS=(scheduler_test stream_session_test cpu_threads_test server_test)
+TSAN_TESTS=(scheduler_test stream_session_test stream_session_window_test cpu_threads_test server_test)
 tsan_stage() {
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DJASPER_CUDA=OFF \
     -DJASPER_SANITIZE=thread >/dev/null
