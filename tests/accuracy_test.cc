@@ -27,6 +27,7 @@
 #include "engine/safetensors.h"
 #include "engine/wav.h"
 #include "gtest/gtest.h"
+#include "tests/edit_distance.h"
 
 namespace jasper {
 namespace {
@@ -36,20 +37,6 @@ const std::string kHeldout = absl::StrCat(JASPER_SOURCE_DIR, "/tests/fixtures/he
 
 std::vector<std::string> Words(const std::string& text) {
   return absl::StrSplit(text, ' ', absl::SkipEmpty());
-}
-
-// Word-level Levenshtein distance.
-int WordEdits(const std::vector<std::string>& hyp, const std::vector<std::string>& ref) {
-  std::vector<int> prev(ref.size() + 1), cur(ref.size() + 1);
-  for (size_t j = 0; j <= ref.size(); ++j) prev[j] = static_cast<int>(j);
-  for (size_t i = 1; i <= hyp.size(); ++i) {
-    cur[0] = static_cast<int>(i);
-    for (size_t j = 1; j <= ref.size(); ++j) {
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (hyp[i - 1] != ref[j - 1])});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[ref.size()];
 }
 
 double RelativeL2(const float* actual, const float* expected, size_t n) {
@@ -145,7 +132,7 @@ TEST_F(AccuracyTest, TranscriptsAsPytorchAndWerWithinThreshold) {
       ++differ_from_torch;
       ADD_FAILURE() << utt.file << ": C++ '" << hyp << "' vs PyTorch '" << utt.torch_hyp << "'";
     }
-    edits += WordEdits(Words(hyp), Words(utt.ref));
+    edits += test_util::EditDistance(Words(hyp), Words(utt.ref));
     ref_words += static_cast<int>(Words(utt.ref).size());
   }
   const double wer = static_cast<double>(edits) / ref_words;

@@ -30,6 +30,7 @@
 #include "engine/stream_session.h"
 #include "engine/wav.h"
 #include "gtest/gtest.h"
+#include "tests/edit_distance.h"
 
 namespace jasper::test_util {
 
@@ -66,19 +67,6 @@ inline std::vector<float> FromPcm16(const std::vector<uint8_t>& b) {
     x[i] = static_cast<int16_t>(b[2 * i] | (b[2 * i + 1] << 8)) / 32768.0f;
   }
   return x;
-}
-
-inline int EditDistance(const std::string& a, const std::string& b) {
-  std::vector<int> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = static_cast<int>(j);
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = static_cast<int>(i);
-    for (size_t j = 1; j <= b.size(); ++j) {
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
 }
 
 inline double Cer(const std::string& hyp, const std::string& ref) {
