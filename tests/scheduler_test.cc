@@ -20,6 +20,7 @@
 #include "engine/model.h"
 #include "engine/wav.h"
 #include "gtest/gtest.h"
+#include "tests/test_files.h"
 
 namespace jasper {
 namespace {
@@ -467,9 +468,7 @@ TEST(SchedulerConcurrencyTest, DoneExactlyOnceUnderLoad) {
 // ---------------------------------------------------------------------------------------------
 // Batch independence through the real CPU backend.
 
-std::string SourcePath(const std::string& rel) {
-  return std::string(JASPER_SOURCE_DIR) + "/" + rel;
-}
+using test_util::SourcePath;
 
 TEST(SchedulerCpuTest, ResultsDoNotDependOnBatchMates) {
   absl::StatusOr<std::shared_ptr<const Model>> model =

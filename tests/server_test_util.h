@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "jasper/asr/v1/asr.grpc.pb.h"
+#include "tests/test_files.h"
 
 namespace jasper::test_util {
 
@@ -33,13 +33,6 @@ inline constexpr int kSlowdown = 10;
 #else
 inline constexpr int kSlowdown = 1;
 #endif
-
-inline std::string ReadFileBytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // tests/fixtures/quartznet_small/model, else the first model under models/; "" if none.
 inline std::string ServerTestModelDir() {

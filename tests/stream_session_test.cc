@@ -27,7 +27,7 @@ namespace {
 using test_util::Cer;
 using test_util::Collector;
 using test_util::FromPcm16;
-using test_util::ReadBytes;
+using test_util::ReadFileBytes;
 using test_util::SourcePath;
 using test_util::StreamSessionTest;
 using test_util::ToPcm16;
@@ -102,7 +102,8 @@ TEST_F(StreamSessionTest, ShortAudioMatchesOfflineExactly) {
 // sample positions, whatever the push sizes.
 TEST_F(StreamSessionTest, PieceSizesDoNotChangeTheResult) {
   auto scheduler = MakeScheduler();
-  const std::vector<uint8_t> wav = ReadBytes(SourcePath("tests/fixtures/audio/fox.wav"));
+  const std::string file = ReadFileBytes(SourcePath("tests/fixtures/audio/fox.wav"));
+  const std::vector<uint8_t> wav(file.begin(), file.end());
   ASSERT_FALSE(wav.empty());
   std::vector<SessionResult> reference;
   for (std::vector<size_t> pieces :

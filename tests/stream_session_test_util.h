@@ -12,7 +12,6 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -31,23 +30,9 @@
 #include "engine/wav.h"
 #include "gtest/gtest.h"
 #include "tests/edit_distance.h"
+#include "tests/test_files.h"
 
 namespace jasper::test_util {
-
-inline std::string SourcePath(const std::string& rel) {
-  return std::string(JASPER_SOURCE_DIR) + "/" + rel;
-}
-
-inline std::vector<uint8_t> ReadBytes(const std::string& path) {
-  FILE* f = fopen(path.c_str(), "rb");
-  std::vector<uint8_t> bytes;
-  if (f == nullptr) return bytes;
-  uint8_t buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) bytes.insert(bytes.end(), buf, buf + n);
-  fclose(f);
-  return bytes;
-}
 
 inline std::vector<uint8_t> ToPcm16(const std::vector<float>& x) {
   std::vector<uint8_t> out;

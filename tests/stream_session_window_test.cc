@@ -26,7 +26,7 @@ namespace {
 
 using test_util::Collector;
 using test_util::FromPcm16;
-using test_util::ReadBytes;
+using test_util::ReadFileBytes;
 using test_util::SourcePath;
 using test_util::StreamSessionTest;
 using test_util::ToPcm16;
@@ -34,10 +34,9 @@ using test_util::ToPcm16;
 TEST_F(StreamSessionTest, WindowingIsExactWithoutNormalization) {
   ModelConfig config = (*model_)->config();
   config.featurizer.normalize = "none";
-  const std::vector<uint8_t> weights =
-      ReadBytes(SourcePath("tests/fixtures/quartznet_small/model/model.safetensors"));
-  absl::StatusOr<std::shared_ptr<const Model>> raw_model =
-      Model::FromParts(config, std::string(weights.begin(), weights.end()));
+  const std::string weights =
+      ReadFileBytes(SourcePath("tests/fixtures/quartznet_small/model/model.safetensors"));
+  absl::StatusOr<std::shared_ptr<const Model>> raw_model = Model::FromParts(config, weights);
   ASSERT_TRUE(raw_model.ok()) << raw_model.status();
   BackendOptions bo;
   bo.device = Device::kCpu;
