@@ -44,6 +44,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -435,6 +438,17 @@ int RunVictim(const std::vector<AudioFile>& files) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --help lists this file's flags (absl's default matches only files named after the program).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "client/soak.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
+  absl::SetProgramUsageMessage(
+      "A bounded soak and fault test against a running jasper-server (loopback only); "
+      "tools/soak.sh runs it.\nUsage: jasper-soak --server=HOST:PORT --server_pid=PID "
+      "--audio=a.wav,b.wav [flags]");
   absl::ParseCommandLine(argc, argv);
   std::vector<AudioFile> files;
   const std::vector<std::string> paths =

@@ -32,6 +32,9 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+from debian_packages import dpkg_closure, file_owners, installed_packages  # noqa: E402
+
 FAILURES = []
 PASSES = []
 
@@ -386,40 +389,6 @@ def check_dockerfile(path, source_dir, server, client, targets):
         check(flags.get("device") == "cuda", f"{name}: --device=cuda (no silent CPU fallback)")
 
 
-def installed_packages():
-    """{installed package: [dependency groups, each a list of alternatives]} from one dpkg-query."""
-    out = subprocess.run(["dpkg-query", "-W", "-f=${Package}\t${Status}\t${Depends}, ${Pre-Depends}\n"],
-                         capture_output=True, text=True, check=True).stdout
-    packages = {}
-    for line in out.splitlines():
-        name, status, depends = (line.split("\t") + ["", ""])[:3]
-        if not status.endswith("installed"):
-            continue
-        groups = []
-        for group in depends.split(","):
-            alts = [a.strip().split(" ")[0].split(":")[0] for a in group.split("|")]
-            alts = [a for a in alts if a]
-            if alts:
-                groups.append(alts)
-        packages[name] = groups
-    return packages
-
-
-def dpkg_closure(packages, installed):
-    """Installed packages reachable from `packages` through Depends/Pre-Depends."""
-    seen, todo = set(), list(packages)
-    while todo:
-        p = todo.pop()
-        if p in seen or p not in installed:
-            continue
-        seen.add(p)
-        for alts in installed[p]:
-            dep = next((a for a in alts if a in installed), None)
-            if dep:
-                todo.append(dep)
-    return seen
-
-
 def check_runtime_packages(source_dir, binaries):
     print("== runtime packages (tools/install_deps.sh --runtime)")
     if not binaries or not shutil.which("ldd") or not shutil.which("dpkg-query"):
@@ -428,15 +397,14 @@ def check_runtime_packages(source_dir, binaries):
     listed = subprocess.run([os.path.join(source_dir, "tools/install_deps.sh"), "--runtime", "--list"],
                             capture_output=True, text=True, check=True).stdout.split()
     check(bool(listed), f"install_deps.sh --runtime --list names {len(listed)} packages")
-    installed = installed_packages()
+    installed, provides = installed_packages()
     for p in listed:
         check(p in installed, f"runtime package {p} is a real (installed) package here")
-    closure = dpkg_closure(listed, installed)
+    closure = dpkg_closure(listed, installed, provides)
     # In every debian:bookworm(-slim) image already (Essential, or needed by apt/dpkg).
     base = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}
-    # Each library, by the path ldd shows and its real path (merged /usr: dpkg knows a file by
-    # the path its package ships, /lib or /usr/lib); one dpkg-query -S for all of them.
-    libs = {}  # (binary, soname) -> candidate paths
+    # Each library by the path ldd shows; one dpkg-query -S for all of them.
+    libs = {}  # (binary, soname) -> path
     for binary in binaries:
         out = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
         if re.search(r"lib(a|t|ub|l)san\.so", out):
@@ -445,17 +413,11 @@ def check_runtime_packages(source_dir, binaries):
         for line in out.splitlines():
             m = re.search(r"^\s*(\S+)\s*=>\s*(/\S+)", line)
             if m:
-                real = os.path.realpath(m.group(2))
-                libs[(binary, m.group(1))] = list(dict.fromkeys([m.group(2), real, re.sub(r"^/usr/", "/", real)]))
-    paths = sorted({p for candidates in libs.values() for p in candidates})
-    out = subprocess.run(["dpkg-query", "-S", *paths], capture_output=True, text=True).stdout
-    owner = {}
-    for line in out.splitlines():
-        pkgs, _, path = line.partition(": ")
-        owner[path.strip()] = pkgs.split(",")[0].split(":")[0].strip()
+                libs[(binary, m.group(1))] = m.group(2)
+    owner = file_owners(sorted(set(libs.values())))
     reported = set()
-    for (binary, soname), candidates in libs.items():
-        pkg = next((owner[p] for p in candidates if p in owner), None)
+    for (binary, soname), path in libs.items():
+        pkg = owner[path]
         if pkg is None:
             # Not from a package (e.g. a library next to the build): nothing apt can install.
             check(False, f"{os.path.basename(binary)}: {soname} belongs to no Debian package")

@@ -1,4 +1,4 @@
-// Fuzz target: the streaming audio decoder (engine/audio_input.h) as a session drives it: a
+// Fuzz target: the streaming audio decoder (engine/audio/audio_input.h) as a session drives it: a
 // format from the config (encoding, rate, channels, possibly invalid), the model rate, then the
 // stream's bytes cut into pushes of fuzzer-chosen sizes (a WAV header split anywhere, odd bytes
 // of 16-bit PCM, mu-law/A-law, resampling between any two supported rates), then Flush.
@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "engine/audio_input.h"
+#include "engine/audio/audio_input.h"
 #include "fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

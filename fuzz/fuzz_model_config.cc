@@ -1,11 +1,11 @@
-// Fuzz target: model.json parsing and validation (engine/model_config.h). The input is the
+// Fuzz target: model.json parsing and validation (engine/model/model_config.h). The input is the
 // JSON text. A config that parses must validate, serialize, and parse back to the same JSON.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -1,4 +1,4 @@
-// Fuzz target: the streaming resampler (engine/resample.h) with any pair of rates (valid or
+// Fuzz target: the streaming resampler (engine/audio/resample.h) with any pair of rates (valid or
 // not) and any float input, non-finite values included, fed in pieces of fuzzer-chosen sizes;
 // checks that the streamed output has the length of the one-shot output.
 //
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/resample.h"
+#include "engine/audio/resample.h"
 #include "fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,6 +1,6 @@
-// Fuzz target: the safetensors reader (engine/safetensors.h: 8-byte header length, JSON
+// Fuzz target: the safetensors reader (engine/model/safetensors.h: 8-byte header length, JSON
 // header, offsets and dtypes checked against the file) and, for files that parse, the model
-// builder (engine/model.h: every tensor of the fixture model's config validated and folded).
+// builder (engine/model/model.h: every tensor of the fixture model's config validated and folded).
 // The input is the file.
 #include <cstddef>
 #include <cstdint>
@@ -9,9 +9,9 @@
 #include <memory>
 #include <string>
 
-#include "engine/model.h"
-#include "engine/model_config.h"
-#include "engine/safetensors.h"
+#include "engine/model/model.h"
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
 
 namespace {
 

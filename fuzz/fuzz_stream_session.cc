@@ -1,8 +1,8 @@
-// Fuzz target: a StreamSession (engine/stream_session.h) fed an arbitrary sequence of requests,
-// as the server would pass them on: streaming options and audio format from the "config" (any
-// window sizes, rates and encodings, invalid ones included), then pushes of any size (honouring
-// flow control or not), force-finals, Finish, Cancel and early destruction, in any order.
-// Windows run through the real scheduler with a fake backend (fast, deterministic CTC ids
+// Fuzz target: a StreamSession (engine/streaming/stream_session.h) fed an arbitrary sequence of
+// requests, as the server would pass them on: streaming options and audio format from the "config"
+// (any window sizes, rates and encodings, invalid ones included), then pushes of any size
+// (honouring flow control or not), force-finals, Finish, Cancel and early destruction, in any
+// order. Windows run through the real scheduler with a fake backend (fast, deterministic CTC ids
 // derived from the features), so the session's buffering, window cutting, featurization and
 // decoding are what is exercised.
 //
@@ -21,10 +21,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend.h"
-#include "engine/model.h"
-#include "engine/scheduler.h"
-#include "engine/stream_session.h"
+#include "engine/model/model.h"
+#include "engine/runtime/backend.h"
+#include "engine/streaming/scheduler.h"
+#include "engine/streaming/serial_executor.h"
+#include "engine/streaming/stream_session.h"
 #include "fuzz/fuzz_input.h"
 
 #ifndef JASPER_SOURCE_DIR
@@ -170,10 +171,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   format.encoding = in.Pick(kEncodings);
   format.sample_rate_hz = in.Pick(kRates);
 
+  // Declared before the scheduler: its workers post to it until they are joined.
+  auto delivery = std::make_unique<jasper::SerialExecutor>();
   std::unique_ptr<jasper::Scheduler> scheduler = MakeScheduler(*model);
   auto recorder = std::make_shared<Recorder>();
   absl::StatusOr<std::unique_ptr<jasper::StreamSession>> created = jasper::StreamSession::Create(
-      model, scheduler.get(), options, format, recorder->Make(recorder));
+      model, scheduler.get(), delivery.get(), options, format, recorder->Make(recorder));
   static const bool verbose = std::getenv("JASPER_FUZZ_VERBOSE") != nullptr;
   if (verbose) std::fprintf(stderr, "create: %s\n", created.status().ToString().c_str());
   if (!created.ok()) return 0;
@@ -221,9 +224,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     session->Cancel();
     session.reset();
   }
-  // Joins the workers, then runs every callback already posted and joins the callback thread:
-  // all of this input's callbacks have run after this.
+  // Joins the workers, then runs every callback already posted and joins the delivery
+  // thread: all of this input's callbacks have run after this.
   scheduler.reset();
+  delivery.reset();
   std::lock_guard<std::mutex> lock(recorder->mu);
   if (verbose) std::fprintf(stderr, "finals %d done %d\n", recorder->finals, recorder->done);
   if (recorder->done > 1 || recorder->after_done > 0) abort();

@@ -1,12 +1,12 @@
-// Fuzz target: whole-file WAV decoding (engine/wav.h: RIFF chunk walk, fmt parsing, every sample
-// format) and the G.711 decoders. The input is the file.
+// Fuzz target: whole-file WAV decoding (engine/audio/wav.h: RIFF chunk walk, fmt parsing, every
+// sample format) and the G.711 decoders. The input is the file.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 
 #include "absl/types/span.h"
-#include "engine/wav.h"
+#include "engine/audio/wav.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::Span<const uint8_t> bytes(data, size);

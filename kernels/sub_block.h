@@ -85,7 +85,9 @@ void SubBlockReference(const SubBlockDesc& desc, const SubBlockWeights& weights,
                        const BatchGeometry& geometry, const ResidualInput* residuals,
                        int num_residuals, float* y);
 
-// Fused CPU sub-block: time-tiled (256 output frames). Separable: the tile's depthwise output
+// Fused CPU sub-block with OpenBLAS (kernels/cpu/blas_sub_block.cc, library jasper_kernels_blas:
+// the tests' second oracle and the benchmark's comparison; the backend runs the packed variant
+// below). Time-tiled (256 output frames). Separable: the tile's depthwise output
 // stays in cache and feeds one pointwise GEMM. Dense: one GEMM per tap on shifted views of the
 // input, summed into the output tile (no im2col: OpenBLAS re-packs the weights per call, so large
 // tiles win and im2col of a large tile would not fit in cache). Residual GEMMs accumulate into

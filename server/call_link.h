@@ -8,7 +8,14 @@
 #ifndef JASPER_SERVER_CALL_LINK_H_
 #define JASPER_SERVER_CALL_LINK_H_
 
+#include <memory>
+#include <utility>
+
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/streaming/stream_session.h"
+#include "server/serving_engine.h"
 
 namespace jasper::server {
 
@@ -32,6 +39,46 @@ class CallLink {
  private:
   absl::Mutex mu_;
   T* target_ ABSL_GUARDED_BY(mu_);
+};
+
+// The session callbacks of a call core T (offline or streaming): each reaches T's
+// OnSessionResult / OnSpaceAvailable / OnSessionDone through `link`, so a callback that comes
+// after the call was deleted does nothing. T declares this function a friend.
+template <typename T>
+StreamSession::Callbacks SessionCallbacks(std::shared_ptr<CallLink<T>> link) {
+  StreamSession::Callbacks callbacks;
+  callbacks.on_result = [link](const SessionResult& r) {
+    link->With([&r](T* call) { call->OnSessionResult(r); });
+  };
+  callbacks.on_space_available = [link] { link->With([](T* call) { call->OnSpaceAvailable(); }); };
+  callbacks.on_done = [link](absl::Status s) {
+    link->With([&s](T* call) { call->OnSessionDone(std::move(s)); });
+  };
+  return callbacks;
+}
+
+// The state every call core (OfflineCallCore, StreamCallCore) has: the engine, the API's name,
+// the link its callbacks go through, the start time, and under one mutex the admission ticket,
+// the session and the call's config. The core adds its own protocol state under the same mutex.
+// Ownership: borrows the engine; owns the ticket and the session.
+template <typename Core>
+class CallCoreBase {
+ protected:
+  using Link = CallLink<Core>;
+
+  CallCoreBase(ServingEngine* engine, const char* api, Core* self)
+      : engine_(engine), api_(api), link_(std::make_shared<Link>(self)), started_(absl::Now()) {}
+  ~CallCoreBase() = default;
+
+  ServingEngine* const engine_;  // not owned
+  const char* const api_;
+  const std::shared_ptr<Link> link_;
+  const absl::Time started_;
+
+  absl::Mutex mu_;
+  std::unique_ptr<CallTicket> ticket_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<StreamSession> session_ ABSL_GUARDED_BY(mu_);
+  CallConfig config_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace jasper::server

@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "engine/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace jasper::server {
@@ -84,7 +85,7 @@ absl::StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(
     const std::string& address, std::string content_type, std::function<std::string()> render) {
   std::string host;
   int port = 0;
-  if (absl::Status s = SplitHostPort(address, &host, &port); !s.ok()) return s;
+  JASPER_RETURN_IF_ERROR(SplitHostPort(address, &host, &port));
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

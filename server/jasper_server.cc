@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/auth.h"
@@ -32,7 +33,7 @@ void InitGrpcOnce() {
 
 absl::StatusOr<std::unique_ptr<JasperServer>> JasperServer::Start(const ServerOptions& options) {
   InitGrpcOnce();
-  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  JASPER_RETURN_IF_ERROR(options.Validate());
   // Security settings first: a bad file fails before the model loads.
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       MakeServerCredentials(options);

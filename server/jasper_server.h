@@ -59,7 +59,7 @@ class JasperServer {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpExporter> exporter_;
   // Re-reads the API keys file every tls_reload_interval_s (only with api_keys_file).
-  // std::mutex (not absl::Mutex): see engine/clock.h (ThreadSanitizer).
+  // std::mutex (not absl::Mutex): see engine/streaming/clock.h (ThreadSanitizer).
   std::mutex reload_mu_;
   std::condition_variable reload_cv_;
   bool stop_reloading_ = false;  // guarded by reload_mu_

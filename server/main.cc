@@ -5,8 +5,6 @@
 // results within --shutdown_grace_ms, then the server shuts down.
 #include <signal.h>
 
-#include <algorithm>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -16,9 +14,11 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "engine/scheduler.h"
-#include "engine/stream_session.h"
+#include "engine/model/default_model_dir.h"
+#include "engine/streaming/scheduler.h"
+#include "engine/streaming/stream_session.h"
 #include "server/jasper_server.h"
 #include "server/server_options.h"
 #include "spdlog/spdlog.h"
@@ -31,8 +31,9 @@ const jasper::server::ServerOptions kDefaults;
 ABSL_FLAG(std::string, listen, kDefaults.listen_address,
           "host:port to listen on (loopback by default; 0.0.0.0:PORT for the network).");
 ABSL_FLAG(std::string, model_dir, "",
-          "Model folder (model.json + model.safetensors). Default: the first model folder "
-          "under <binary>/../share/jasper-serve/models, <binary>/../models or ./models.");
+          absl::StrCat("Model folder (model.json + model.safetensors). Default: the first "
+                       "model folder under ",
+                       jasper::kDefaultModelSearchPath, "."));
 ABSL_FLAG(std::string, model_name, "",
           "Name clients use in RecognitionConfig.model (default: model.json's name).");
 ABSL_FLAG(std::string, language_code, kDefaults.language_code, "BCP-47 language of the model.");
@@ -83,7 +84,7 @@ ABSL_FLAG(std::string, api_keys_file, kDefaults.api_keys_file,
           "Bearer <key>' or 'x-api-key: <key>' (health and reflection stay open). Empty: no "
           "auth.");
 
-// Batching (engine/scheduler.h).
+// Batching (engine/streaming/scheduler.h).
 ABSL_FLAG(int, max_batch_size, kDefaults.scheduler.max_batch_size, "Windows per batch.");
 ABSL_FLAG(int, max_queue_delay_ms, kDefaults.scheduler.max_queue_delay_ms,
           "Longest wait for a batch to fill.");
@@ -92,7 +93,7 @@ ABSL_FLAG(int, max_queued_windows, kDefaults.scheduler.max_queued_windows,
 ABSL_FLAG(std::string, bucket_frames, "",
           "Comma-separated length-bucket bounds in feature frames (empty: the default).");
 
-// Streaming (engine/stream_session.h).
+// Streaming (engine/streaming/stream_session.h).
 ABSL_FLAG(int, chunk_ms, kDefaults.streaming.chunk_ms, "Audio decoded per window.");
 ABSL_FLAG(int, left_context_ms, kDefaults.streaming.left_context_ms,
           "Past audio in front of each chunk.");
@@ -106,38 +107,23 @@ ABSL_FLAG(int, max_buffered_audio_ms, kDefaults.streaming.max_buffered_audio_ms,
 ABSL_FLAG(int, max_inflight_windows, kDefaults.streaming.max_inflight_windows,
           "Windows of one stream in the scheduler at once.");
 
-namespace {
-
-bool IsModelDir(const std::filesystem::path& dir) {
-  std::error_code ec;
-  return std::filesystem::is_regular_file(dir / "model.json", ec);
-}
-
-// The first folder holding a model.json under the usual places, or "".
-std::string FindDefaultModelDir(const char* argv0) {
-  std::error_code ec;
-  const std::filesystem::path exe = std::filesystem::canonical("/proc/self/exe", ec);
-  std::vector<std::filesystem::path> roots;
-  if (!ec) {
-    roots.push_back(exe.parent_path() / ".." / "share" / "jasper-serve" / "models");
-    roots.push_back(exe.parent_path() / ".." / "models");
-    roots.push_back(exe.parent_path() / ".." / ".." / "models");  // build-dir/server/
-  }
-  (void)argv0;
-  roots.push_back("models");
-  for (const auto& root : roots) {
-    if (IsModelDir(root)) return root.lexically_normal().string();
-    std::vector<std::filesystem::path> found;
-    for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
-      if (e.is_directory() && IsModelDir(e.path())) found.push_back(e.path());
-    }
-    std::sort(found.begin(), found.end());
-    if (!found.empty()) return found.front().lexically_normal().string();
-  }
-  return "";
-}
-
-}  // namespace
+// Decoding (engine/streaming/ctc_beam.h).
+ABSL_FLAG(std::string, decoder, kDefaults.decoder,
+          "greedy or beam (CTC prefix beam search with --lm). Per call: RecognitionConfig.decoder "
+          "(jasper API); speech_contexts always use beam.");
+ABSL_FLAG(int, beam_width, kDefaults.beam.beam_width, "Beam search: hypotheses kept. [1, 256]");
+ABSL_FLAG(double, lm_weight, kDefaults.beam.lm_weight,
+          "Beam search: weight of the LM's log-probability. [0, 10]");
+ABSL_FLAG(double, word_bonus, kDefaults.beam.word_bonus,
+          "Beam search: score per word, with an LM. [-20, 20]");
+ABSL_FLAG(std::string, lm, "",
+          "Beam search: word n-gram LM, ARPA (*.arpa) or binary (tools/build_lm.py). Empty: none.");
+ABSL_FLAG(int, max_boost_phrases, kDefaults.boost_limits.max_phrases,
+          "speech_contexts phrases per call (more: INVALID_ARGUMENT).");
+ABSL_FLAG(int, max_boost_phrase_chars, kDefaults.boost_limits.max_phrase_chars,
+          "Characters per boosted phrase, normalized (more: INVALID_ARGUMENT).");
+ABSL_FLAG(double, max_abs_boost, kDefaults.boost_limits.max_abs_boost,
+          "Largest |boost| of a speech_contexts phrase (more: INVALID_ARGUMENT).");
 
 int main(int argc, char** argv) {
   absl::FlagsUsageConfig usage;
@@ -164,9 +150,10 @@ int main(int argc, char** argv) {
   jasper::server::ServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.model_dir = absl::GetFlag(FLAGS_model_dir);
-  if (options.model_dir.empty()) options.model_dir = FindDefaultModelDir(argv[0]);
+  if (options.model_dir.empty()) options.model_dir = jasper::FindDefaultModelDir();
   if (options.model_dir.empty()) {
-    spdlog::error("no --model_dir given and no model found under ./models or next to the binary");
+    spdlog::error("no --model_dir given and no model folder under {}",
+                  jasper::kDefaultModelSearchPath);
     return 2;
   }
   options.model_name = absl::GetFlag(FLAGS_model_name);
@@ -207,6 +194,14 @@ int main(int argc, char** argv) {
   options.streaming.left_context_ms = absl::GetFlag(FLAGS_left_context_ms);
   options.streaming.right_context_ms = absl::GetFlag(FLAGS_right_context_ms);
   options.streaming.endpoint_silence_ms = absl::GetFlag(FLAGS_endpoint_silence_ms);
+  options.decoder = absl::GetFlag(FLAGS_decoder);
+  options.beam.beam_width = absl::GetFlag(FLAGS_beam_width);
+  options.beam.lm_weight = static_cast<float>(absl::GetFlag(FLAGS_lm_weight));
+  options.beam.word_bonus = static_cast<float>(absl::GetFlag(FLAGS_word_bonus));
+  options.lm_file = absl::GetFlag(FLAGS_lm);
+  options.boost_limits.max_phrases = absl::GetFlag(FLAGS_max_boost_phrases);
+  options.boost_limits.max_phrase_chars = absl::GetFlag(FLAGS_max_boost_phrase_chars);
+  options.boost_limits.max_abs_boost = static_cast<float>(absl::GetFlag(FLAGS_max_abs_boost));
   options.streaming.max_buffered_audio_ms = absl::GetFlag(FLAGS_max_buffered_audio_ms);
   options.streaming.max_inflight_windows = absl::GetFlag(FLAGS_max_inflight_windows);
   if (absl::Status s = options.Validate(); !s.ok()) {

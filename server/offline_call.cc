@@ -16,7 +16,7 @@ constexpr size_t kPushBytes = 64 * 1024;
 }  // namespace
 
 OfflineCallCore::OfflineCallCore(ServingEngine* engine, const char* api)
-    : engine_(engine), api_(api), link_(std::make_shared<Link>(this)), started_(absl::Now()) {}
+    : CallCoreBase(engine, api, this) {}
 
 OfflineCallCore::~OfflineCallCore() = default;
 
@@ -39,19 +39,8 @@ void OfflineCallCore::Start() {
     FinishLocked(absl::InvalidArgumentError("the request has no audio"));
     return;
   }
-  std::shared_ptr<Link> link = link_;
-  StreamSession::Callbacks callbacks;
-  callbacks.on_result = [link](const SessionResult& r) {
-    link->With([&r](OfflineCallCore* call) { call->OnSessionResult(r); });
-  };
-  callbacks.on_space_available = [link] {
-    link->With([](OfflineCallCore* call) { call->OnSpaceAvailable(); });
-  };
-  callbacks.on_done = [link](absl::Status s) {
-    link->With([&s](OfflineCallCore* call) { call->OnSessionDone(std::move(s)); });
-  };
   absl::StatusOr<std::unique_ptr<StreamSession>> session =
-      engine_->CreateSession(config_, /*streaming=*/false, std::move(callbacks));
+      engine_->CreateSession(config_, /*streaming=*/false, SessionCallbacks(link_));
   if (!session.ok()) {
     FinishLocked(session.status());
     return;

@@ -29,7 +29,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "engine/stream_session.h"
+#include "engine/streaming/stream_session.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/server_callback.h"
 #include "server/call_link.h"
@@ -37,7 +37,7 @@
 
 namespace jasper::server {
 
-class OfflineCallCore {
+class OfflineCallCore : protected CallCoreBase<OfflineCallCore> {
  public:
   virtual ~OfflineCallCore();
 
@@ -56,7 +56,7 @@ class OfflineCallCore {
   virtual void DoFinish(grpc::Status status) = 0;
 
  private:
-  using Link = CallLink<OfflineCallCore>;
+  friend StreamSession::Callbacks SessionCallbacks<>(std::shared_ptr<Link> link);
 
   void OnSessionResult(const SessionResult& result) ABSL_LOCKS_EXCLUDED(mu_);
   void OnSpaceAvailable() ABSL_LOCKS_EXCLUDED(mu_);
@@ -65,15 +65,7 @@ class OfflineCallCore {
   void PushMoreLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  ServingEngine* const engine_;  // not owned
-  const char* const api_;
-  const std::shared_ptr<Link> link_;
-  const absl::Time started_;
-
-  absl::Mutex mu_;
-  std::unique_ptr<CallTicket> ticket_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<StreamSession> session_ ABSL_GUARDED_BY(mu_);
-  CallConfig config_ ABSL_GUARDED_BY(mu_);
+  // Besides CallCoreBase's:
   absl::string_view audio_ ABSL_GUARDED_BY(mu_);  // into the request (owned by gRPC)
   size_t pushed_ ABSL_GUARDED_BY(mu_) = 0;
   bool input_done_ ABSL_GUARDED_BY(mu_) = false;

@@ -73,7 +73,7 @@ grpc::ServerUnaryReactor* RivaService::GetRivaSpeechRecognitionConfig(
     p["chunk_size_ms"] = std::to_string(o.streaming.chunk_ms);
     p["left_padding_ms"] = std::to_string(o.streaming.left_context_ms);
     p["right_padding_ms"] = std::to_string(o.streaming.right_context_ms);
-    p["decoder_type"] = "greedy";
+    p["decoder_type"] = o.decoder;  // greedy or beam (speech_contexts always use beam)
     p["device"] = engine_->device_name();
   }
   reactor->Finish(grpc::Status::OK);

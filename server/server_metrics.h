@@ -18,8 +18,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "engine/backend.h"
-#include "engine/scheduler.h"
+#include "engine/runtime/backend.h"
+#include "engine/streaming/scheduler.h"
 #include "server/metrics.h"
 
 namespace jasper::server {

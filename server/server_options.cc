@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "engine/status_macros.h"
 #include "server/http_exporter.h"
 
 namespace jasper::server {
@@ -31,25 +32,19 @@ absl::Status ServerOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("gpu_precision = '", gpu_precision, "' is not one of fp32, fp16, bf16"));
   }
-  absl::Status s;
-  if (!(s = CheckRange("num_workers", num_workers, 0, 64)).ok()) return s;
-  if (!(s = CheckRange("cpu_threads", cpu_threads, 1, 256)).ok()) return s;
-  if (!(s = CheckRange("max_concurrent_streams", max_concurrent_streams, 1, 100000)).ok()) {
-    return s;
-  }
-  if (!(s = CheckRange("max_message_bytes", max_message_bytes, 4096, 1 << 30)).ok()) return s;
-  if (!(s = CheckRange("max_stream_duration_ms", max_stream_duration_ms, 1000, 86400000)).ok()) {
-    return s;
-  }
-  if (!(s = CheckRange("idle_timeout_ms", idle_timeout_ms, 0, 3600000)).ok()) return s;
-  if (!(s = CheckRange("shutdown_grace_ms", shutdown_grace_ms, 0, 600000)).ok()) return s;
-  if (!(s = CheckRange("idle_memory_release_ms", idle_memory_release_ms, 0, 3600000)).ok()) {
-    return s;
-  }
+  JASPER_RETURN_IF_ERROR(CheckRange("num_workers", num_workers, 0, 64));
+  JASPER_RETURN_IF_ERROR(CheckRange("cpu_threads", cpu_threads, 1, 256));
+  JASPER_RETURN_IF_ERROR(CheckRange("max_concurrent_streams", max_concurrent_streams, 1, 100000));
+  JASPER_RETURN_IF_ERROR(CheckRange("max_message_bytes", max_message_bytes, 4096, 1 << 30));
+  JASPER_RETURN_IF_ERROR(
+      CheckRange("max_stream_duration_ms", max_stream_duration_ms, 1000, 86400000));
+  JASPER_RETURN_IF_ERROR(CheckRange("idle_timeout_ms", idle_timeout_ms, 0, 3600000));
+  JASPER_RETURN_IF_ERROR(CheckRange("shutdown_grace_ms", shutdown_grace_ms, 0, 600000));
+  JASPER_RETURN_IF_ERROR(CheckRange("idle_memory_release_ms", idle_memory_release_ms, 0, 3600000));
   if (!metrics_address.empty()) {
     std::string host;
     int port = 0;
-    if (!(s = SplitHostPort(metrics_address, &host, &port)).ok()) {
+    if (absl::Status s = SplitHostPort(metrics_address, &host, &port); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("metrics_address: ", s.message()));
     }
   }
@@ -61,8 +56,19 @@ absl::Status ServerOptions::Validate() const {
     return absl::InvalidArgumentError(
         "tls_client_ca_file (mutual TLS) needs tls_cert_file and tls_key_file");
   }
-  if (!(s = CheckRange("tls_reload_interval_s", tls_reload_interval_s, 1, 86400)).ok()) return s;
-  if (!(s = scheduler.Validate()).ok()) return s;
+  JASPER_RETURN_IF_ERROR(CheckRange("tls_reload_interval_s", tls_reload_interval_s, 1, 86400));
+  if (decoder != "greedy" && decoder != "beam") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decoder = '", decoder, "' is not one of greedy, beam"));
+  }
+  JASPER_RETURN_IF_ERROR(beam.Validate());
+  JASPER_RETURN_IF_ERROR(CheckRange("max_boost_phrases", boost_limits.max_phrases, 1, 100000));
+  JASPER_RETURN_IF_ERROR(
+      CheckRange("max_boost_phrase_chars", boost_limits.max_phrase_chars, 1, 10000));
+  if (!(boost_limits.max_abs_boost > 0 && boost_limits.max_abs_boost <= 1000)) {
+    return absl::InvalidArgumentError("max_abs_boost must be in (0, 1000]");
+  }
+  JASPER_RETURN_IF_ERROR(scheduler.Validate());
   return streaming.Validate();
 }
 
@@ -104,6 +110,12 @@ std::string ServerOptions::ToString() const {
                         streaming.chunk_ms, streaming.left_context_ms, streaming.right_context_ms,
                         streaming.endpoint_silence_ms, streaming.max_buffered_audio_ms,
                         streaming.max_inflight_windows);
+  absl::StrAppendFormat(&out,
+                        "\ndecoding: decoder=%s beam_width=%d lm_weight=%.3f word_bonus=%.3f "
+                        "lm=%s max_boost_phrases=%d max_boost_phrase_chars=%d max_abs_boost=%.1f",
+                        decoder, beam.beam_width, beam.lm_weight, beam.word_bonus,
+                        lm_file.empty() ? "(none)" : lm_file, boost_limits.max_phrases,
+                        boost_limits.max_phrase_chars, boost_limits.max_abs_boost);
   return out;
 }
 

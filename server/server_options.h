@@ -10,8 +10,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "engine/scheduler.h"
-#include "engine/stream_session.h"
+#include "engine/streaming/scheduler.h"
+#include "engine/streaming/stream_session.h"
 
 namespace jasper::server {
 
@@ -92,10 +92,21 @@ struct ServerOptions {
   // `authorization: Bearer <key>` or `x-api-key: <key>`, else UNAUTHENTICATED.
   std::string api_keys_file;
 
-  // Batching (engine/scheduler.h).
+  // Decoding (engine/streaming/ctc_beam.h): "greedy" (default) or "beam". A request may ask
+  // for either (jasper.asr.v1 RecognitionConfig.decoder); a request with speech_contexts
+  // (boosted phrases) is always decoded with beam search.
+  std::string decoder = "greedy";
+  BeamOptions beam;  // beam_width, lm_weight, word_bonus, pruning
+  // A word n-gram LM for beam search: ARPA text (*.arpa) or the binary form; empty: none.
+  std::string lm_file;
+  // Per-request boosting limits; beyond them the call fails with INVALID_ARGUMENT.
+  PhraseBoostLimits boost_limits;
+
+  // Batching (engine/streaming/scheduler.h).
   SchedulerOptions scheduler;
-  // Streaming windows, endpointing, buffering (engine/stream_session.h). Per-call overrides:
-  // interim_results (from the request) and endpoint silence (EndpointingConfig.stop_history).
+  // Streaming windows, endpointing, buffering (engine/streaming/stream_session.h). Per-call
+  // overrides: interim_results (from the request) and endpoint silence
+  // (EndpointingConfig.stop_history).
   StreamingOptions streaming;
 
   // INVALID_ARGUMENT naming the field.

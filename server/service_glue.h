@@ -33,16 +33,24 @@
 #define JASPER_SERVER_SERVICE_GLUE_H_
 
 #include <memory>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/ctc.h"
-#include "engine/stream_session.h"
+#include "engine/streaming/ctc.h"
+#include "engine/streaming/stream_session.h"
 #include "server/serving_engine.h"
 #include "server/stream_call.h"
 
 namespace jasper::server {
+
+// Whether the API's RecognitionConfig has our `decoder` field (jasper.asr.v1 does, Riva not).
+template <typename T, typename = void>
+struct HasDecoderField : std::false_type {};
+template <typename T>
+struct HasDecoderField<T, std::void_t<decltype(std::declval<const T&>().decoder())>>
+    : std::true_type {};
 
 // CallConfig from either API's RecognitionConfig. INVALID_ARGUMENT as SetAudioFormat.
 template <typename RecognitionConfig>
@@ -60,6 +68,13 @@ absl::StatusOr<CallConfig> ConfigFromProto(const RecognitionConfig& c) {
   if (c.has_endpointing_config() && c.endpointing_config().has_stop_history()) {
     config.endpoint_silence_ms = c.endpointing_config().stop_history();
   }
+  // Boosting: both APIs carry Riva's speech_contexts (phrases with one boost per context).
+  for (const auto& context : c.speech_contexts()) {
+    for (const std::string& phrase : context.phrases()) {
+      config.boost_phrases.push_back({phrase, context.boost()});
+    }
+  }
+  if constexpr (HasDecoderField<RecognitionConfig>::value) config.decoder = c.decoder();
   return config;
 }
 

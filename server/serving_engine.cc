@@ -4,7 +4,9 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -13,7 +15,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "engine/backend.h"
+#include "engine/runtime/backend.h"
+#include "engine/runtime/backend_factory.h"
+#include "engine/status_macros.h"
 #include "spdlog/spdlog.h"
 
 #if defined(__GLIBC__)
@@ -69,7 +73,7 @@ absl::Status SetAudioFormat(int encoding, int sample_rate_hertz, int audio_chann
 }
 
 absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const ServerOptions& options) {
-  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  JASPER_RETURN_IF_ERROR(options.Validate());
   absl::StatusOr<Device> device = ParseDevice(options.device);
   if (!device.ok()) return device.status();
 
@@ -93,10 +97,29 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const Serve
     }
   }
 
+  if (!options.lm_file.empty()) {
+    absl::StatusOr<std::shared_ptr<const NgramLm>> lm;
+    if (absl::EndsWith(options.lm_file, ".arpa")) {
+      std::ifstream in(options.lm_file, std::ios::binary);
+      if (!in) return absl::NotFoundError(absl::StrCat("cannot read lm_file ", options.lm_file));
+      std::stringstream text;
+      text << in.rdbuf();
+      lm = NgramLm::FromArpa(text.str());
+    } else {
+      lm = NgramLm::LoadBinary(options.lm_file);
+    }
+    if (!lm.ok()) return lm.status();
+    engine->lm_ = *std::move(lm);
+  } else {
+    engine->lm_ = engine->model_->language_model();  // the model folder's, if it has one
+  }
+
   BackendOptions backend_options;
   backend_options.device = *device;
+  // Beam search (the server's default or a request's) reads every label's log-probability.
+  backend_options.keep_log_probs = true;
   backend_options.cpu_threads = options.cpu_threads;
-  absl::StatusOr<GpuPrecision> precision = ParseGpuPrecision(options.gpu_precision);
+  absl::StatusOr<kernels::Precision> precision = ParseGpuPrecision(options.gpu_precision);
   if (!precision.ok()) return precision.status();
   backend_options.gpu_precision = *precision;
   backend_options.cuda_graphs = options.cuda_graphs;
@@ -121,6 +144,7 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const Serve
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
       Scheduler::Create(std::move(replicas), options.scheduler);
   if (!scheduler.ok()) return scheduler.status();
+  engine->delivery_ = std::make_unique<SerialExecutor>();
   engine->scheduler_ = *std::move(scheduler);
   engine->metrics_ = std::make_unique<ServerMetrics>(
       engine->model_->config().featurizer.window_stride_s, num_workers);
@@ -190,6 +214,7 @@ ServingEngine::~ServingEngine() {
   if (scheduler_) scheduler_->SetObserver(nullptr);
   timers_.reset();
   scheduler_.reset();
+  delivery_.reset();  // after the scheduler's workers: runs what they posted
 }
 
 absl::Status ServingEngine::Warmup(double seconds, absl::Duration timeout) {
@@ -243,13 +268,10 @@ absl::Status ServingEngine::Warmup(double seconds, absl::Duration timeout) {
       continue;
     }
     const size_t n = std::min(piece, bytes.size() - pos);
-    if (absl::Status s = (*session)->PushAudio(absl::MakeConstSpan(bytes.data() + pos, n));
-        !s.ok()) {
-      return s;
-    }
+    JASPER_RETURN_IF_ERROR((*session)->PushAudio(absl::MakeConstSpan(bytes.data() + pos, n)));
     pos += n;
   }
-  if (absl::Status s = (*session)->Finish(); !s.ok()) return s;
+  JASPER_RETURN_IF_ERROR((*session)->Finish());
   if (!state->done.WaitForNotificationWithDeadline(deadline)) {
     (*session)->Cancel();
     return absl::DeadlineExceededError("warm-up timed out");
@@ -355,13 +377,23 @@ absl::StatusOr<StreamingOptions> ServingEngine::SessionOptions(const CallConfig&
   StreamingOptions options = options_.streaming;
   options.interim_results = streaming && config.interim_results;
   options.max_stream_duration_ms = options_.max_stream_duration_ms;
+  // The session rounds it up to whole encoder frames (Model::EncoderFramesCeil).
   if (config.endpoint_silence_ms > 0) {
-    // Round up to whole encoder frames (the session's unit).
-    const auto& f = model_->config().featurizer;
-    const int frame_ms = std::max(1, static_cast<int>(std::lround(f.window_stride_s * 1000.0)) *
-                                         model_->config().subsampling_factor());
-    const int ms = std::min(60000, config.endpoint_silence_ms);
-    options.endpoint_silence_ms = (ms + frame_ms - 1) / frame_ms * frame_ms;
+    options.endpoint_silence_ms = std::min(60000, config.endpoint_silence_ms);
+  }
+  const std::string decoder = config.decoder.empty() ? options_.decoder : config.decoder;
+  if (decoder != "greedy" && decoder != "beam") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decoder: '", config.decoder, "' is not one of greedy, beam"));
+  }
+  options.decoder.beam = decoder == "beam" || !config.boost_phrases.empty();
+  options.decoder.beam_options = options_.beam;
+  options.decoder.lm = lm_;
+  if (!config.boost_phrases.empty()) {
+    absl::StatusOr<std::shared_ptr<const PhraseBoost>> boost =
+        PhraseBoost::Create(config.boost_phrases, model_->config().labels, options_.boost_limits);
+    if (!boost.ok()) return boost.status();
+    options.decoder.boost = *std::move(boost);
   }
   return options;
 }
@@ -377,7 +409,7 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ServingEngine::CreateSessionImpl(
   absl::StatusOr<StreamingOptions> options = SessionOptions(config, streaming);
   if (!options.ok()) return options.status();
   if (observe && metrics_ != nullptr) {
-    // Results of one session arrive one at a time (scheduler callback thread), so the audio
+    // Results of one session arrive one at a time (the delivery executor), so the audio
     // covered so far needs no lock; the atomic only keeps the state safe to share.
     ServerMetrics* metrics = metrics_.get();
     auto covered_s = std::make_shared<std::atomic<double>>(0.0);
@@ -392,7 +424,7 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ServingEngine::CreateSessionImpl(
       if (inner) inner(r);
     };
   }
-  return StreamSession::Create(model_, scheduler_.get(), *options, config.format,
+  return StreamSession::Create(model_, scheduler_.get(), delivery_.get(), *options, config.format,
                                std::move(callbacks));
 }
 

@@ -23,15 +23,18 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "engine/audio_input.h"
-#include "engine/model.h"
-#include "engine/scheduler.h"
-#include "engine/stream_session.h"
+#include "engine/audio/audio_input.h"
+#include "engine/model/model.h"
+#include "engine/model/ngram_lm.h"
+#include "engine/streaming/scheduler.h"
+#include "engine/streaming/serial_executor.h"
+#include "engine/streaming/stream_session.h"
 #include "server/server_metrics.h"
 #include "server/server_options.h"
 #include "server/timer_queue.h"
@@ -46,7 +49,9 @@ struct CallConfig {
   bool interim_results = false;
   bool word_time_offsets = false;
   bool speech_events = false;
-  int endpoint_silence_ms = 0;  // <= 0: the server default
+  int endpoint_silence_ms = 0;             // <= 0: the server default
+  std::string decoder;                     // "", "greedy" or "beam" ("": the server's --decoder)
+  std::vector<BoostPhrase> boost_phrases;  // speech_contexts: decoded with beam search
   std::string request_id;
 };
 
@@ -132,10 +137,14 @@ class ServingEngine {
 
   ServerOptions options_;
   std::shared_ptr<const Model> model_;
+  std::shared_ptr<const NgramLm> lm_;  // --lm, shared by every beam-search session; may be null
   std::string model_name_;
   std::string device_name_;
   // Declared before the scheduler: it observes the scheduler, so it must be destroyed after.
   std::unique_ptr<ServerMetrics> metrics_;
+  // Sessions deliver their results on it. Declared before the scheduler: the scheduler's
+  // workers post to it until they are joined, so it is destroyed after them.
+  std::unique_ptr<SerialExecutor> delivery_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<TimerQueue> timers_;
 

@@ -10,7 +10,7 @@
 namespace jasper::server {
 
 StreamCallCore::StreamCallCore(ServingEngine* engine, const char* api)
-    : engine_(engine), api_(api), link_(std::make_shared<Link>(this)), started_(absl::Now()) {}
+    : CallCoreBase(engine, api, this) {}
 
 StreamCallCore::~StreamCallCore() = default;
 
@@ -116,19 +116,8 @@ void StreamCallCore::HandleFirstMessageLocked() {
     return;
   }
   config_ = *std::move(config);
-  std::shared_ptr<Link> link = link_;
-  StreamSession::Callbacks callbacks;
-  callbacks.on_result = [link](const SessionResult& r) {
-    link->With([&r](StreamCallCore* call) { call->OnSessionResult(r); });
-  };
-  callbacks.on_space_available = [link] {
-    link->With([](StreamCallCore* call) { call->OnSpaceAvailable(); });
-  };
-  callbacks.on_done = [link](absl::Status s) {
-    link->With([&s](StreamCallCore* call) { call->OnSessionDone(std::move(s)); });
-  };
   absl::StatusOr<std::unique_ptr<StreamSession>> session =
-      engine_->CreateSession(config_, /*streaming=*/true, std::move(callbacks));
+      engine_->CreateSession(config_, /*streaming=*/true, SessionCallbacks(link_));
   if (!session.ok()) {
     FailLocked(session.status());
     return;

@@ -28,7 +28,7 @@
 // Ownership: gRPC owns the reactor; it deletes itself in OnDone. It owns its session and its
 // admission ticket (given back when the call is finished, the session having ended); engine
 // callbacks reach it through a CallLink that OnDone detaches.
-// Thread-safety: reactions, session callbacks (scheduler callback thread), timers and the
+// Thread-safety: reactions, session callbacks (the engine's delivery executor), timers and the
 // drain signal may run concurrently; all state is guarded by one mutex.
 #ifndef JASPER_SERVER_STREAM_CALL_H_
 #define JASPER_SERVER_STREAM_CALL_H_
@@ -43,7 +43,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "engine/stream_session.h"
+#include "engine/streaming/stream_session.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/server_callback.h"
@@ -57,7 +57,7 @@ namespace jasper::server {
 enum class RequestKind { kConfig, kAudio, kForceFinal, kEmpty };
 enum class SpeechEventKind { kBegin, kEnd };
 
-class StreamCallCore {
+class StreamCallCore : protected CallCoreBase<StreamCallCore> {
  public:
   virtual ~StreamCallCore();
 
@@ -89,7 +89,7 @@ class StreamCallCore {
       const CallConfig& config) const = 0;
 
  private:
-  using Link = CallLink<StreamCallCore>;
+  friend StreamSession::Callbacks SessionCallbacks<>(std::shared_ptr<Link> link);
   struct Outgoing {
     std::unique_ptr<google::protobuf::Message> message;
     bool interim = false;
@@ -114,15 +114,7 @@ class StreamCallCore {
   // Finish()es once the final status is known and no write is pending.
   void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  ServingEngine* const engine_;  // not owned
-  const char* const api_;
-  const std::shared_ptr<Link> link_;
-  const absl::Time started_;
-
-  absl::Mutex mu_;
-  std::unique_ptr<CallTicket> ticket_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<StreamSession> session_ ABSL_GUARDED_BY(mu_);
-  CallConfig config_ ABSL_GUARDED_BY(mu_);
+  // Besides CallCoreBase's:
   bool read_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time read_posted_at_ ABSL_GUARDED_BY(mu_);
   bool reads_closed_ ABSL_GUARDED_BY(mu_) = false;  // half-close seen or reading stopped

@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/status_macros.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
 #include "server/http_exporter.h"
@@ -34,20 +35,12 @@ absl::Status CheckPemFile(const char* flag, const std::string& path, const char*
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const ServerOptions& options) {
   if (options.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
-  if (absl::Status s = CheckPemFile("tls_cert_file", options.tls_cert_file, "CERTIFICATE");
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckPemFile("tls_key_file", options.tls_key_file, "PRIVATE KEY"); !s.ok()) {
-    return s;
-  }
+  JASPER_RETURN_IF_ERROR(CheckPemFile("tls_cert_file", options.tls_cert_file, "CERTIFICATE"));
+  JASPER_RETURN_IF_ERROR(CheckPemFile("tls_key_file", options.tls_key_file, "PRIVATE KEY"));
   const bool mutual = !options.tls_client_ca_file.empty();
   if (mutual) {
-    if (absl::Status s =
-            CheckPemFile("tls_client_ca_file", options.tls_client_ca_file, "CERTIFICATE");
-        !s.ok()) {
-      return s;
-    }
+    JASPER_RETURN_IF_ERROR(
+        CheckPemFile("tls_client_ca_file", options.tls_client_ca_file, "CERTIFICATE"));
   }
   auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
       options.tls_key_file, options.tls_cert_file, mutual ? options.tls_client_ca_file : "",

@@ -20,12 +20,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "engine/backend.h"
-#include "engine/features.h"
-#include "engine/model.h"
-#include "engine/recognizer.h"
-#include "engine/safetensors.h"
-#include "engine/wav.h"
+#include "engine/audio/wav.h"
+#include "engine/features/features.h"
+#include "engine/model/model.h"
+#include "engine/model/safetensors.h"
+#include "engine/runtime/backend.h"
+#include "engine/streaming/recognizer.h"
 #include "gtest/gtest.h"
 #include "tests/edit_distance.h"
 

@@ -13,8 +13,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engine/resample.h"
-#include "engine/wav.h"
+#include "engine/audio/resample.h"
+#include "engine/audio/wav.h"
 #include "gtest/gtest.h"
 
 namespace jasper {

@@ -1,13 +1,13 @@
 // AudioInput tests: raw PCM, odd byte carry, WAV header sniffing (split across pushes),
 // G.711 mu-law/A-law, resampling from 8 / 44.1 / 48 kHz, mono-only, format errors.
-#include "engine/audio_input.h"
+#include "engine/audio/audio_input.h"
 
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "engine/wav.h"
+#include "engine/audio/wav.h"
 #include "gtest/gtest.h"
 
 namespace jasper {

@@ -1,7 +1,7 @@
-// Intra-op threads of the CPU backend (BackendOptions::cpu_threads, engine/cpu_thread_pool.h):
-// every thread count gives the same bits as one thread, and the pool and the backends are safe
-// to drive from several threads (this suite is meant to run under TSan as well: concurrent Runs
-// on separate replicas, and one 3-thread replica run many times).
+// Intra-op threads of the CPU backend (BackendOptions::cpu_threads,
+// engine/runtime/cpu_thread_pool.h): every thread count gives the same bits as one thread, and the
+// pool and the backends are safe to drive from several threads (this suite is meant to run under
+// TSan as well: concurrent Runs on separate replicas, and one 3-thread replica run many times).
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -12,11 +12,12 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/backend.h"
-#include "engine/cpu_backend.h"
-#include "engine/cpu_thread_pool.h"
-#include "engine/model.h"
-#include "engine/safetensors.h"
+#include "engine/model/model.h"
+#include "engine/model/safetensors.h"
+#include "engine/runtime/backend.h"
+#include "engine/runtime/backend_factory.h"
+#include "engine/runtime/cpu_backend.h"
+#include "engine/runtime/cpu_thread_pool.h"
 #include "tests/model_test_util.h"
 
 namespace jasper {
@@ -192,9 +193,9 @@ TEST(BackendOptionsTest, DeviceAndGpuPrecisionNames) {
   EXPECT_EQ(*ParseDevice("cuda"), Device::kCuda);
   EXPECT_EQ(*ParseDevice("auto"), Device::kAuto);
   EXPECT_EQ(ParseDevice("gpu").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(*ParseGpuPrecision("fp32"), GpuPrecision::kFp32);
-  EXPECT_EQ(*ParseGpuPrecision("fp16"), GpuPrecision::kFp16);
-  EXPECT_EQ(*ParseGpuPrecision("bf16"), GpuPrecision::kBf16);
+  EXPECT_EQ(*ParseGpuPrecision("fp32"), kernels::Precision::kFp32);
+  EXPECT_EQ(*ParseGpuPrecision("fp16"), kernels::Precision::kFp16);
+  EXPECT_EQ(*ParseGpuPrecision("bf16"), kernels::Precision::kBf16);
   for (const char* bad : {"", "FP16", "int8", "tf32"}) {
     EXPECT_EQ(ParseGpuPrecision(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
@@ -203,7 +204,7 @@ TEST(BackendOptionsTest, DeviceAndGpuPrecisionNames) {
   ASSERT_NE(model, nullptr);
   BackendOptions options;
   options.device = Device::kCpu;
-  options.gpu_precision = GpuPrecision::kBf16;
+  options.gpu_precision = kernels::Precision::kBf16;
   absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(model, options);
   ASSERT_TRUE(backend.ok()) << backend.status();
   EXPECT_EQ((*backend)->name(), "cpu");

@@ -1,4 +1,4 @@
-#include "engine/ctc.h"
+#include "engine/streaming/ctc.h"
 
 #include <cmath>
 #include <random>

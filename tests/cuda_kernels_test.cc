@@ -20,11 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend.h"
-#include "engine/cpu_backend.h"
-#include "engine/cuda_backend.h"
-#include "engine/model.h"
-#include "engine/safetensors.h"
+#include "engine/model/model.h"
+#include "engine/model/safetensors.h"
+#include "engine/runtime/backend.h"
+#include "engine/runtime/backend_factory.h"
+#include "engine/runtime/cpu_backend.h"
+#include "engine/runtime/cuda_backend.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/sub_block_cuda.h"
 #include "kernels/cuda/weight_pack.h"
@@ -184,7 +185,7 @@ struct KernelParam {
 
 void PrintTo(const KernelParam& param, std::ostream* os) {
   *os << param.kase.name << "/";
-  PrintTo(param.precision, os);
+  cuda::PrintTo(param.precision, os);  // the enum is kernels::Precision: no ADL here
 }
 
 class CudaKernelsTest : public ::testing::TestWithParam<KernelParam> {};
@@ -505,7 +506,8 @@ TEST_P(CudaBackendTest, MatchesCpuBackend) {
   options.max_feature_frames = 64;
   auto cpu = CreateCpuBackend(model, options);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  auto gpu = CreateCudaBackend(model, options, param.precision);
+  options.gpu_precision = param.precision;
+  auto gpu = CreateCudaBackend(model, options);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   EXPECT_EQ((*gpu)->name(), "cuda:0");
 
@@ -585,10 +587,11 @@ TEST(CudaBackendGraphs, ReplayEqualsDirectLaunches) {
     options.max_batch = 2;  // the batch of 5 below grows the workspaces (graphs dropped)
     options.max_feature_frames = 128;
     options.cuda_graphs = true;
-    auto graphs = CreateCudaBackend(model, options, precision);
+    options.gpu_precision = precision;
+    auto graphs = CreateCudaBackend(model, options);
     ASSERT_TRUE(graphs.ok()) << graphs.status();
     options.cuda_graphs = false;
-    auto direct = CreateCudaBackend(model, options, precision);
+    auto direct = CreateCudaBackend(model, options);
     ASSERT_TRUE(direct.ok()) << direct.status();
 
     std::mt19937 rng(std::random_device{}());

@@ -2,7 +2,7 @@
 // by simulating the buffers: every read must find the activation it expects (no slot is reused
 // while still live), shapes follow ConvOutputLength, and the CPU backend built on the plan
 // matches the folded reference forward.
-#include "engine/execution_plan.h"
+#include "engine/runtime/execution_plan.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,10 +14,10 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/backend.h"
-#include "engine/cpu_backend.h"
-#include "engine/model.h"
-#include "engine/safetensors.h"
+#include "engine/model/model.h"
+#include "engine/model/safetensors.h"
+#include "engine/runtime/backend.h"
+#include "engine/runtime/cpu_backend.h"
 #include "kernels/sub_block.h"
 #include "tests/model_test_util.h"
 

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/features.h"
-#include "engine/fft.h"
-#include "engine/model_config.h"
-#include "engine/safetensors.h"
+#include "engine/features/features.h"
+#include "engine/features/fft.h"
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
 #include "gtest/gtest.h"
 
 namespace jasper {

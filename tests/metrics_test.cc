@@ -12,8 +12,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "engine/backend.h"
-#include "engine/scheduler.h"
+#include "engine/runtime/backend.h"
+#include "engine/streaming/scheduler.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -127,7 +127,7 @@ TEST(ServerMetricsTest, MethodLabelsAreBounded) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The scheduler's observer hook (engine/scheduler.h) feeding ServerMetrics.
+// The scheduler's observer hook (engine/streaming/scheduler.h) feeding ServerMetrics.
 
 // Echoes one id per two frames; sleeps a little so that requests queue up.
 class EchoBackend : public Backend {

@@ -15,9 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/model.h"
-#include "engine/model_config.h"
-#include "engine/safetensors.h"
+#include "engine/model/model.h"
+#include "engine/model/model_config.h"
+#include "engine/model/ngram_lm.h"
+#include "engine/model/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/sub_block.h"
@@ -351,6 +352,31 @@ class MalformedModelTest : public ::testing::Test {
 };
 
 TEST_F(MalformedModelTest, GoodFolderLoads) { EXPECT_TRUE(Load(json_text_, weights_).ok()); }
+
+TEST_F(MalformedModelTest, LanguageModelIsLoadedCheckedAndNamedPlainly) {
+  ModelConfig with_lm = config_;
+  with_lm.language_model = "lm.bin";
+  const std::string json_text = ModelConfigToJson(with_lm);
+  // Declared but missing, then malformed, then good.
+  absl::Status s = Load(json_text, weights_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_THAT(s.message(), HasSubstr("language_model"));
+  dir_.Write("lm.bin", "not a language model at all");
+  EXPECT_EQ(Load(json_text, weights_).code(), absl::StatusCode::kInvalidArgument);
+  auto lm = NgramLm::FromArpa("\\data\\\nngram 1=2\n\\1-grams:\n-1 a\n-2 b\n\\end\\\n");
+  ASSERT_TRUE(lm.ok()) << lm.status();
+  dir_.Write("lm.bin", (*lm)->ToBinary());
+  auto model = WriteAndLoad(dir_, json_text, weights_);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_NE((*model)->language_model(), nullptr);
+  EXPECT_EQ((*model)->language_model()->vocab_size(), 5);  // a, b and the three markers
+  // Only a file name in the folder.
+  for (const char* bad : {"../lm.bin", "/etc/passwd", "sub/lm.bin", ".."}) {
+    with_lm.language_model = bad;
+    s = Load(ModelConfigToJson(with_lm), weights_);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
 
 TEST_F(MalformedModelTest, MissingModelJson) {
   dir_.Write("model.safetensors", weights_);

@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/model.h"
-#include "engine/model_config.h"
+#include "engine/model/model.h"
+#include "engine/model/model_config.h"
 #include "gtest/gtest.h"
 #include "kernels/sub_block.h"
 #include "tests/random_model.h"

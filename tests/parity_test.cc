@@ -19,15 +19,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "engine/backend.h"
-#include "engine/cpu_backend.h"
+#include "engine/runtime/backend.h"
+#include "engine/runtime/backend_factory.h"
+#include "engine/runtime/cpu_backend.h"
 #ifdef JASPER_HAVE_CUDA
-#include "engine/cuda_backend.h"
+#include "engine/runtime/cuda_backend.h"
 #endif
-#include "engine/features.h"
-#include "engine/model.h"
-#include "engine/recognizer.h"
-#include "engine/safetensors.h"
+#include "engine/features/features.h"
+#include "engine/model/model.h"
+#include "engine/model/safetensors.h"
+#include "engine/streaming/recognizer.h"
 #include "gtest/gtest.h"
 
 namespace jasper {
@@ -135,10 +136,11 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(BackendKind kind,
     return absl::UnavailableError(
         "no CUDA GPU on this machine: the CUDA parity cases run on a GPU (tools/gpu_check.sh)");
   }
-  const CudaPrecision precision = kind == BackendKind::kCudaFp32   ? CudaPrecision::kFp32
-                                  : kind == BackendKind::kCudaFp16 ? CudaPrecision::kFp16
-                                                                   : CudaPrecision::kBf16;
-  return CreateCudaBackend(std::move(model), options, precision);
+  BackendOptions cuda_options = options;
+  cuda_options.gpu_precision = kind == BackendKind::kCudaFp32   ? kernels::Precision::kFp32
+                               : kind == BackendKind::kCudaFp16 ? kernels::Precision::kFp16
+                                                                : kernels::Precision::kBf16;
+  return CreateCudaBackend(std::move(model), cuda_options);
 #else
   return absl::UnavailableError("this build has no CUDA backend: CUDA parity cases skipped");
 #endif

@@ -1,6 +1,6 @@
 // Random models for tests and benchmarks: small Jasper/QuartzNet configs, the QuartzNet 15x5
 // architecture, and random checkpoints under NeMo's state_dict names (written independently of
-// engine/model.cc, so the loader is tested against them). Header-only, no test framework, so
+// engine/model/model.cc, so the loader is tested against them). Header-only, no test framework, so
 // tools/bench/jasper_bench.cc uses it too; tests reach it through tests/model_test_util.h.
 // Thread-compatible (pure functions of their arguments).
 #ifndef JASPER_TESTS_RANDOM_MODEL_H_
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model.h"
-#include "engine/model_config.h"
-#include "engine/safetensors.h"
+#include "engine/model/model.h"
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
 
 namespace jasper::test_util {
 

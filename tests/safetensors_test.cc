@@ -1,7 +1,7 @@
-// The safetensors reader (engine/safetensors.h): dtype conversion (F16, BF16, F64 to float; I32),
-// one test per malformed file, each checking the error message, the header size limit, and random
-// corruption of a real model file through Model::FromParts. Run under ASan+UBSan: no malformed
-// input may crash.
+// The safetensors reader (engine/model/safetensors.h): dtype conversion (F16, BF16, F64 to float;
+// I32), one test per malformed file, each checking the error message, the header size limit, and
+// random corruption of a real model file through Model::FromParts. Run under ASan+UBSan: no
+// malformed input may crash.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/model.h"
-#include "engine/model_config.h"
-#include "engine/safetensors.h"
+#include "engine/model/model.h"
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/model_test_util.h"

@@ -1,7 +1,7 @@
-// Scheduler tests (std::mutex, not absl::Mutex: see engine/clock.h): batching by length bucket, max
-// batch size, max queue delay (fake clock, no sleeps), bounded admission, shutdown semantics, done
-// exactly once, and batch independence through the real CPU backend.
-#include "engine/scheduler.h"
+// Scheduler tests (std::mutex, not absl::Mutex: see engine/streaming/clock.h): batching by length
+// bucket, max batch size, max queue delay (fake clock, no sleeps), bounded admission, shutdown
+// semantics, done exactly once, and batch independence through the real CPU backend.
+#include "engine/streaming/scheduler.h"
 
 #include <atomic>
 #include <cmath>
@@ -13,12 +13,13 @@
 #include <thread>
 #include <vector>
 
-#include "engine/backend.h"
-#include "engine/clock.h"
-#include "engine/cpu_backend.h"
-#include "engine/features.h"
-#include "engine/model.h"
-#include "engine/wav.h"
+#include "engine/audio/wav.h"
+#include "engine/features/features.h"
+#include "engine/model/model.h"
+#include "engine/runtime/backend.h"
+#include "engine/runtime/cpu_backend.h"
+#include "engine/streaming/clock.h"
+#include "engine/streaming/serial_executor.h"
 #include "gtest/gtest.h"
 #include "tests/test_files.h"
 
@@ -399,14 +400,15 @@ TEST_F(SchedulerTest, FailingBatchMemberDoesNotFailTheOthers) {
   EXPECT_EQ(scheduler_->Stats().failed, 1);
 }
 
-TEST_F(SchedulerTest, PostRunsInOrderOnTheCallbackThread) {
-  Start(SchedulerOptions());
+// The delivery executor sessions use (engine/streaming/serial_executor.h).
+TEST(SerialExecutorTest, RunsInOrderOnItsOwnThread) {
+  SerialExecutor executor;
   std::mutex mu;
   std::condition_variable cv;
   std::vector<int> order;
   std::thread::id thread;
   for (int i = 0; i < 100; ++i) {
-    scheduler_->Post([&, i] {
+    executor.Post([&, i] {
       std::lock_guard<std::mutex> lock(mu);
       order.push_back(i);
       thread = std::this_thread::get_id();
@@ -418,6 +420,21 @@ TEST_F(SchedulerTest, PostRunsInOrderOnTheCallbackThread) {
   ASSERT_EQ(order.size(), 100u);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(order[i], i);
   EXPECT_NE(thread, std::this_thread::get_id());
+}
+
+TEST(SerialExecutorTest, DestructionRunsEverythingPostedBeforeIt) {
+  std::atomic<int> ran{0};
+  {
+    SerialExecutor executor;
+    for (int i = 0; i < 50; ++i) {
+      // Each function posts one more (as a session's drain may): those run too.
+      executor.Post([&] {
+        ++ran;
+        executor.Post([&] { ++ran; });
+      });
+    }
+  }
+  EXPECT_EQ(ran.load(), 100);
 }
 
 // Many threads, two replicas, the real clock: every accepted request's done runs exactly once.

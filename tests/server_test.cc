@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/model_config.h"
-#include "engine/safetensors.h"
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"

@@ -1,7 +1,7 @@
 // StreamSession tests, with real components (tests/stream_session_test_util.h): options,
 // results against the offline recognizer, interim results, flow control and limits,
 // cancellation, errors. Windowing and endpointing: stream_session_window_test.cc.
-#include "engine/stream_session.h"
+#include "engine/streaming/stream_session.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/backend.h"
-#include "engine/clock.h"
-#include "engine/cpu_backend.h"
-#include "engine/model.h"
-#include "engine/scheduler.h"
+#include "engine/model/model.h"
+#include "engine/runtime/backend.h"
+#include "engine/runtime/cpu_backend.h"
+#include "engine/streaming/clock.h"
+#include "engine/streaming/scheduler.h"
 #include "gtest/gtest.h"
 #include "tests/stream_session_test_util.h"
 
@@ -68,16 +68,19 @@ TEST_F(StreamSessionTest, CreateChecksWindowGeometryAgainstTheModel) {
   Collector c;
   StreamingOptions o;
   o.chunk_ms = 810;  // not a multiple of the 20 ms encoder frame
-  auto s = StreamSession::Create(*model_, scheduler.get(), o, {}, c.Callbacks());
+  auto s = StreamSession::Create(*model_, scheduler.get(), &delivery_, o, {}, c.Callbacks());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.status().message().find("chunk_ms"), std::string::npos) << s.status();
   // Stereo and missing callbacks.
-  s = StreamSession::Create(*model_, scheduler.get(), {}, {AudioEncoding::kLinearPcm16, 16000, 2},
-                            c.Callbacks());
+  s = StreamSession::Create(*model_, scheduler.get(), &delivery_, {},
+                            {AudioEncoding::kLinearPcm16, 16000, 2}, c.Callbacks());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
-  s = StreamSession::Create(*model_, scheduler.get(), {}, {}, StreamSession::Callbacks());
+  s = StreamSession::Create(*model_, scheduler.get(), &delivery_, {}, {},
+                            StreamSession::Callbacks());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
-  s = StreamSession::Create(*model_, nullptr, {}, {}, c.Callbacks());
+  s = StreamSession::Create(*model_, nullptr, &delivery_, {}, {}, c.Callbacks());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  s = StreamSession::Create(*model_, scheduler.get(), nullptr, {}, {}, c.Callbacks());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -19,15 +19,15 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "engine/backend.h"
-#include "engine/clock.h"
-#include "engine/cpu_backend.h"
-#include "engine/model.h"
-#include "engine/model_config.h"
-#include "engine/recognizer.h"
-#include "engine/scheduler.h"
-#include "engine/stream_session.h"
-#include "engine/wav.h"
+#include "engine/audio/wav.h"
+#include "engine/model/model.h"
+#include "engine/model/model_config.h"
+#include "engine/runtime/backend.h"
+#include "engine/runtime/cpu_backend.h"
+#include "engine/streaming/clock.h"
+#include "engine/streaming/recognizer.h"
+#include "engine/streaming/scheduler.h"
+#include "engine/streaming/stream_session.h"
 #include "gtest/gtest.h"
 #include "tests/edit_distance.h"
 #include "tests/test_files.h"
@@ -130,7 +130,7 @@ class Collector {
   }
 
  private:
-  std::mutex mu_;  // not absl::Mutex: see engine/clock.h (ThreadSanitizer)
+  std::mutex mu_;  // not absl::Mutex: see engine/streaming/clock.h (ThreadSanitizer)
   std::condition_variable cv_;
   // Guarded by mu_:
   std::vector<SessionResult> finals_;
@@ -178,7 +178,8 @@ class StreamSessionTest : public ::testing::Test {
                                              StreamingOptions options = {},
                                              AudioFormat format = {AudioEncoding::kLinearPcm16,
                                                                    16000, 1}) {
-    auto s = StreamSession::Create(*model_, scheduler, options, format, collector->Callbacks());
+    auto s = StreamSession::Create(*model_, scheduler, &delivery_, options, format,
+                                   collector->Callbacks());
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? *std::move(s) : nullptr;
   }
@@ -239,6 +240,9 @@ class StreamSessionTest : public ::testing::Test {
   inline static std::shared_ptr<const Model>* model_ = nullptr;
   inline static std::vector<float>* fox_ = nullptr;
   inline static std::vector<float>* hello_ = nullptr;
+  // Sessions deliver on it. A fixture member, so it outlives the schedulers the tests make
+  // (their workers post to it until they are joined).
+  SerialExecutor delivery_;
 };
 
 }  // namespace jasper::test_util

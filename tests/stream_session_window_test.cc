@@ -2,7 +2,7 @@
 // agreement with the offline pass without normalization, utterances split at silence, and
 // look-ahead speech sent as interim text. A VAD-like backend makes endpointing testable
 // without a trained model.
-#include "engine/stream_session.h"
+#include "engine/streaming/stream_session.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/backend.h"
-#include "engine/cpu_backend.h"
-#include "engine/model.h"
-#include "engine/model_config.h"
-#include "engine/recognizer.h"
-#include "engine/scheduler.h"
+#include "engine/model/model.h"
+#include "engine/model/model_config.h"
+#include "engine/runtime/backend.h"
+#include "engine/runtime/cpu_backend.h"
+#include "engine/streaming/recognizer.h"
+#include "engine/streaming/scheduler.h"
 #include "gtest/gtest.h"
 #include "tests/stream_session_test_util.h"
 
@@ -31,12 +31,20 @@ using test_util::SourcePath;
 using test_util::StreamSessionTest;
 using test_util::ToPcm16;
 
-TEST_F(StreamSessionTest, WindowingIsExactWithoutNormalization) {
-  ModelConfig config = (*model_)->config();
+// The fixture model with per-feature normalization off: each window's features are then the
+// whole stream's, so windowed decoding can be compared exactly with the offline pass.
+absl::StatusOr<std::shared_ptr<const Model>> FixtureModelWithoutNormalization() {
+  absl::StatusOr<std::shared_ptr<const Model>> model =
+      Model::Load(SourcePath("tests/fixtures/quartznet_small/model"));
+  if (!model.ok()) return model.status();
+  ModelConfig config = (*model)->config();
   config.featurizer.normalize = "none";
-  const std::string weights =
-      ReadFileBytes(SourcePath("tests/fixtures/quartznet_small/model/model.safetensors"));
-  absl::StatusOr<std::shared_ptr<const Model>> raw_model = Model::FromParts(config, weights);
+  return Model::FromParts(
+      config, ReadFileBytes(SourcePath("tests/fixtures/quartznet_small/model/model.safetensors")));
+}
+
+TEST_F(StreamSessionTest, WindowingIsExactWithoutNormalization) {
+  absl::StatusOr<std::shared_ptr<const Model>> raw_model = FixtureModelWithoutNormalization();
   ASSERT_TRUE(raw_model.ok()) << raw_model.status();
   BackendOptions bo;
   bo.device = Device::kCpu;
@@ -56,7 +64,7 @@ TEST_F(StreamSessionTest, WindowingIsExactWithoutNormalization) {
     o.left_context_ms = 2000;
     o.right_context_ms = 2000;
     o.endpoint_silence_ms = 0;
-    auto session = StreamSession::Create(*raw_model, scheduler.get(), o,
+    auto session = StreamSession::Create(*raw_model, scheduler.get(), &delivery_, o,
                                          {AudioEncoding::kLinearPcm16, 16000, 1}, c.Callbacks());
     ASSERT_TRUE(session.ok());
     ASSERT_TRUE(StreamAll(session->get(), &c, bytes, {4096}).ok());
@@ -69,6 +77,49 @@ TEST_F(StreamSessionTest, WindowingIsExactWithoutNormalization) {
       EXPECT_EQ(final_result.words[i].start_ms, offline.words[i].start_ms);
       EXPECT_EQ(final_result.words[i].end_ms, offline.words[i].end_ms);
       EXPECT_NEAR(final_result.words[i].confidence, offline.words[i].confidence, 1e-4);
+    }
+  }
+}
+
+// Beam search (issue 22) carries its state across windows: without normalization the stream's
+// final equals the offline beam-search transcript, words and times included.
+TEST_F(StreamSessionTest, BeamSearchStreamingEqualsOffline) {
+  absl::StatusOr<std::shared_ptr<const Model>> raw_model = FixtureModelWithoutNormalization();
+  ASSERT_TRUE(raw_model.ok()) << raw_model.status();
+  BackendOptions bo;
+  bo.device = Device::kCpu;
+  bo.keep_log_probs = true;
+  std::vector<std::unique_ptr<Backend>> backends;
+  backends.push_back(*CreateCpuBackend(*raw_model, bo));
+  auto scheduler = *Scheduler::Create(std::move(backends), SchedulerOptions());
+  const std::vector<uint8_t> bytes = ToPcm16(Concat({*fox_, Silence(0.3), *hello_, *fox_}));
+  DecoderConfig decoder;
+  decoder.beam = true;
+  decoder.beam_options.beam_width = 8;
+  auto offline_rec = *OfflineRecognizer::Create(*raw_model, bo);
+  ASSERT_TRUE(offline_rec->SetDecoder(decoder).ok());
+  const std::vector<float> samples = FromPcm16(bytes);
+  const Transcript offline = (*offline_rec->RecognizeBatch({absl::MakeConstSpan(samples)}))[0];
+  ASSERT_FALSE(offline.text.empty());
+  for (int chunk_ms : {800, 2000}) {
+    Collector c;
+    StreamingOptions o;
+    o.chunk_ms = chunk_ms;
+    o.left_context_ms = 2000;
+    o.right_context_ms = 2000;
+    o.endpoint_silence_ms = 0;
+    o.decoder = decoder;
+    auto session = StreamSession::Create(*raw_model, scheduler.get(), &delivery_, o,
+                                         {AudioEncoding::kLinearPcm16, 16000, 1}, c.Callbacks());
+    ASSERT_TRUE(session.ok());
+    ASSERT_TRUE(StreamAll(session->get(), &c, bytes, {4096}).ok());
+    ASSERT_EQ(c.finals().size(), 1u);
+    const SessionResult final_result = c.finals()[0];
+    EXPECT_EQ(final_result.transcript, offline.text) << "chunk " << chunk_ms;
+    ASSERT_EQ(final_result.words.size(), offline.words.size());
+    for (size_t i = 0; i < offline.words.size(); ++i) {
+      EXPECT_EQ(final_result.words[i].start_ms, offline.words[i].start_ms);
+      EXPECT_EQ(final_result.words[i].end_ms, offline.words[i].end_ms);
     }
   }
 }

@@ -12,7 +12,6 @@ import argparse
 import collections
 import json
 import os
-import struct
 import sys
 
 import numpy as np
@@ -22,45 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from quartznet_torch import LABELS, PREPROCESSOR, QuartzNet  # noqa: E402
 
-try:  # reuse the converter's writer (same byte layout as converted NeMo models)
-  from nemo_to_model import write_safetensors as _write_st  # noqa: E402
-except Exception:  # pragma: no cover - the converter needs PyYAML; fall back to a tiny writer
-  _write_st = None
-
-
-def write_safetensors(path, tensors, metadata=None):
-  if _write_st is not None:
-    return _write_st(path, tensors, metadata)
-  header = collections.OrderedDict()
-  if metadata:
-    header["__metadata__"] = {str(k): str(v) for k, v in sorted(metadata.items())}
-  blobs, off = [], 0
-  for name in sorted(tensors):
-    data = np.ascontiguousarray(tensors[name], dtype="<f4").tobytes()
-    header[name] = {"dtype": "F32", "shape": list(tensors[name].shape),
-                    "data_offsets": [off, off + len(data)]}
-    blobs.append(data)
-    off += len(data)
-  h = json.dumps(header, separators=(",", ":")).encode()
-  h += b" " * ((-(8 + len(h))) % 8)
-  tmp = path + ".tmp"
-  with open(tmp, "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-  os.replace(tmp, path)
-
-
-def read_safetensors(path):
-  raw = open(path, "rb").read()
-  (n,) = struct.unpack("<Q", raw[:8])
-  header = json.loads(raw[8:8 + n])
-  header.pop("__metadata__", None)
-  data = raw[8 + n:]
-  out = {}
-  for name, e in header.items():
-    assert e["dtype"] == "F32", (name, e["dtype"])
-    b, end = e["data_offsets"]
-    out[name] = np.frombuffer(data[b:end], dtype="<f4").reshape(e["shape"]).copy()
-  return out
+from safetensors_np import read_safetensors, write_safetensors  # noqa: E402
 
 
 def model_json(name, blocks):

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generates tests/fixtures/features_golden.safetensors: torch-level golden features for
-engine/features.cc, computed the way NeMo's FilterbankFeatures does at inference, for both STFT
+engine/features/features.cc, computed the way NeMo's FilterbankFeatures does at inference, for both STFT
 behaviours:
 
   legacy  (NeMo <= 2.4): torch.stft pad_mode "reflect" (torch's default), seq_len = L//hop + 1

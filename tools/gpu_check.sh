@@ -8,8 +8,15 @@
 # --quick in FP16 beside cuDNN, then tools/bench_cuda_torch.py for PyTorch eager, when python3
 # with torch is there; cuDNN is taken from PyTorch's wheels), and prints a table: step, result,
 # seconds, followed by the benchmark tables. GPU_CHECK_BENCH=0 skips the benchmark.
-# Budget: under 8 minutes on an H200 including the build (every step has a timeout and the
-# whole run a deadline). Exit status 0 only when every step passed.
+# Then the server (issue 20; tools/gpu_server_check.sh): jasper-server --device=cuda at each
+# precision against --device=cpu on the shipped samples and longer files (Recognize and
+# StreamingRecognize: identical transcripts), and the capacity of one GPU: real-time streams
+# on QuartzNet 15x5 (random weights made there by tools/make_random_model.py) stepped up while
+# p99 final latency <= 500 ms and p99 partial <= 300 ms. GPU_CHECK_CAPACITY="256 1024" sets
+# the levels, GPU_CHECK_SERVER=0 skips both server steps.
+# Order (each step with its own timeout, so an early failure does not cost the rest): tests,
+# sanitizers, server transcripts, benchmarks, capacity. Budget: GPU_CHECK_BUDGET_S (540 s) for
+# the whole run. The table also goes to LOGS/gpu_check.json. Exit 0 only when every step passed.
 #
 # Approach. The GPU machine has the NVIDIA driver, nvcc and CMake but NONE of the Debian -dev
 # packages the project builds against (Abseil, GoogleTest, OpenBLAS, soxr, nlohmann-json) and no
@@ -17,9 +24,11 @@
 #   1. here, on a development machine with the -dev packages and nvcc (no GPU needed):
 #        tools/gpu_check.sh --package [PKG_DIR]        (default PKG_DIR: build-gpu-pkg)
 #      configures build-gpu/ (Release, CUDA architecture 90 only = sm_90 SASS + PTX), builds
-#      the two test binaries and cuda_bench (static GoogleTest and CUDA runtime, so they need the
-#      driver only) and copies them with their non-system shared libraries (Abseil, OpenBLAS, ...)
-#      into PKG_DIR/{bin,lib} (about 47 MB; build-* is git-ignored, so carry it explicitly);
+#      the test binaries, cuda_bench, jasper-server and jasper-client (static GoogleTest and CUDA
+#      runtime, so they need the driver only), strips them and copies them with their non-system
+#      shared libraries (Abseil, gRPC, OpenBLAS, ...) into PKG_DIR/{bin,lib} (it must stay under
+#      the 64 MiB a device call carries; build-* is git-ignored, so carry it explicitly). The
+#      shipped model and the held-out clips travel with the checkout;
 #   2. on the GPU machine:
 #        tools/gpu_check.sh --prebuilt PKG_DIR         (nothing is compiled there)
 #   On a machine that has both the -dev packages and a GPU, `tools/gpu_check.sh` alone builds
@@ -28,7 +37,7 @@
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-budget_s=${GPU_CHECK_BUDGET_S:-470}  # leaves headroom inside the 8-minute target
+budget_s=${GPU_CHECK_BUDGET_S:-540}  # leaves headroom inside a 10-minute device call
 start_s=$SECONDS
 mode=build
 pkg=""
@@ -57,6 +66,7 @@ configure_and_build() {
     -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DCMAKE_CUDA_ARCHITECTURES=90 >"$build_dir.configure.log" 2>&1 \
     || { tail -30 "$build_dir.configure.log" >&2; return 1; }
   cmake --build "$build_dir" --target cuda_tiling_test cuda_kernels_test parity_test cuda_bench \
+    jasper-server jasper-client \
     >"$build_dir.build.log" 2>&1 \
     || { tail -40 "$build_dir.build.log" >&2; return 1; }
 }
@@ -85,10 +95,12 @@ if [ "$mode" = package ]; then
   configure_and_build || exit 1
   rm -rf "${pkg:?}/bin" "${pkg:?}/lib" "${pkg:?}/logs"
   mkdir -p "$pkg/bin" "$pkg/lib"
-  cp "$build_dir/tests/cuda_tiling_test" "$build_dir/tests/cuda_kernels_test" \
-    "$build_dir/tests/parity_test" "$build_dir/tools/bench/cuda_bench" "$pkg/bin/"
-  bundle_libs "$pkg/lib" "$pkg/bin/cuda_tiling_test" "$pkg/bin/cuda_kernels_test" \
-    "$pkg/bin/parity_test" "$pkg/bin/cuda_bench" >/dev/null || exit 1
+  programs=(tests/cuda_tiling_test tests/cuda_kernels_test tests/parity_test
+            tools/bench/cuda_bench server/jasper-server client/jasper-client)
+  for p in "${programs[@]}"; do cp "$build_dir/$p" "$pkg/bin/"; done
+  strip "$pkg"/bin/*
+  bundle_libs "$pkg/lib" "$pkg"/bin/* >/dev/null || exit 1
+  strip --strip-unneeded "$pkg"/lib/* 2>/dev/null
   cp "$0" "$pkg/gpu_check.sh"
   {
     echo "built: $(date -u +%FT%TZ) on $(hostname)"
@@ -96,7 +108,9 @@ if [ "$mode" = package ]; then
     echo "nvcc: $("$nvcc_bin" --version | tail -1)"
     echo "cuda architectures: 90"
   } >"$pkg/MANIFEST"
-  echo "packaged into $pkg ($(du -sh "$pkg" | cut -f1), $((SECONDS - t0)) s)."
+  size_mb=$(du -sm "$pkg" | cut -f1)
+  echo "packaged into $pkg (${size_mb} MB, $((SECONDS - t0)) s)."
+  [ "$size_mb" -lt 64 ] || { echo "the package is over the 64 MiB a device call carries" >&2; exit 1; }
   echo "On the GPU machine: tools/gpu_check.sh --prebuilt $(basename "$pkg")"
   exit 0
 fi
@@ -186,7 +200,8 @@ else
   failed=1
 fi
 
-# run_step NAME CAP_SECONDS LOGFILE CMD...: a non-gtest program; OK when it exits 0.
+# run_step NAME CAP_SECONDS LOGFILE CMD...: a non-gtest program; OK when it exits 0, SKIPPED
+# when it exits 77 (no GPU: counts as not passed).
 run_step() {
   local name=$1 cap=$2 log=$3; shift 3
   local left=$((budget_s - (SECONDS - start_s)))
@@ -197,6 +212,8 @@ run_step() {
   rc=$?
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     row "$name" "TIMEOUT (${limit}s)" "$((SECONDS - t0))"
+  elif [ "$rc" -eq 77 ]; then
+    row "$name" "SKIPPED (no GPU?)" "$((SECONDS - t0))"
   elif [ "$rc" -ne 0 ]; then
     row "$name" "FAIL rc=$rc" "$((SECONDS - t0))"
   else
@@ -222,7 +239,21 @@ for root in roots:
 print(":".join(dirs))' 2>/dev/null
 }
 
+# The server and client: PKG_DIR/bin, or the build tree's.
+server_bin=$bin
+if [ "$mode" = build ]; then
+  server_bin=$build_dir/server-bin
+  mkdir -p "$server_bin"
+  cp "$build_dir/server/jasper-server" "$build_dir/client/jasper-client" "$server_bin/"
+fi
 bench_logs=()
+if [ "${GPU_CHECK_SERVER:-1}" != 0 ]; then
+  run_step "server cuda vs cpu transcripts" 120 "$logs/server_transcripts.log" \
+    "$repo/tools/gpu_server_check.sh" transcripts "$server_bin" \
+    "$repo/models/quartznet_en_tts_small" "$logs/server"
+  bench_logs+=("$logs/server_transcripts.log")
+fi
+
 if [ "${GPU_CHECK_BENCH:-1}" != 0 ]; then
   py_libs=$(wheel_lib_dirs)
   cudnn_lib=libcudnn.so.9
@@ -246,6 +277,27 @@ if [ "${GPU_CHECK_BENCH:-1}" != 0 ]; then
     bench_logs+=("$logs/cuda_bench.log")
   fi
 fi
+
+if [ "${GPU_CHECK_SERVER:-1}" != 0 ]; then
+  if run_step "random QuartzNet 15x5 model" 60 "$logs/make_random_model.log" \
+    python3 "$repo/tools/make_random_model.py" --arch quartznet15x5 --out "$logs/qn15x5"; then
+    # shellcheck disable=SC2086  # the levels are a word list
+    run_step "capacity (15x5 fp16, real time)" 240 "$logs/capacity.log" \
+      "$repo/tools/gpu_server_check.sh" capacity "$server_bin" "$logs/qn15x5" "$logs/server" \
+      ${GPU_CHECK_CAPACITY:-}
+    bench_logs+=("$logs/capacity.log")
+  fi
+fi
+
+python3 - "$logs/gpu_check.json" "${rows[@]}" <<'PY' 2>/dev/null
+import json, re, sys
+steps = []
+for row in sys.argv[2:]:
+    m = re.match(r"(.{34}) (.{30}) +(\d+)$", row)
+    if m:
+        steps.append({"step": m.group(1).strip(), "result": m.group(2).strip(), "seconds": int(m.group(3))})
+json.dump({"steps": steps}, open(sys.argv[1], "w"), indent=1)
+PY
 
 echo
 printf '%-34s %-30s %7s\n' "step" "result" "seconds"

@@ -18,16 +18,28 @@ done
 # that they cover every library the built binaries load).
 RUNTIME_PACKAGES=(
   libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libspdlog1.10 libfmt9
-  libopenblas0 libopenblas0-pthread libsoxr0 libgomp1
+  libsoxr0 libgomp1
 )
-PACKAGES=(
+# Every program and runtime that tools/run_demo.sh and every stage of tools/test.sh use, by stage
+# (tests/install_deps_test.py fails the suite when a stage invokes a program, imports a Python
+# module or links a sanitizer runtime that no package below, or the base system, provides).
+BUILD_PACKAGES=(  # tools/build.sh: the main build (CMake, Ninja, ccache, gcc; CUDA when nvcc is there)
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev nlohmann-json3-dev libopenblas-dev libsoxr-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+)
+TEST_PACKAGES=(  # test stage (CTest): converter, deploy checks, Riva venv, soak, TLS certificates
   python3 python3-numpy python3-yaml python3-venv
   sox espeak-ng clang-format openssl
+  shfmt  # tests/install_deps_test.py parses the shell scripts with it
 )
+FUZZ_PACKAGES=(  # fuzz stage: clang-14 with libFuzzer and its ASan/UBSan runtimes
+  clang-14 libclang-rt-14-dev
+)
+# The asan and tsan stages build with gcc (build-essential); its sanitizer runtimes (libasan8,
+# libubsan1, libtsan2) come with it.
+PACKAGES=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}" "${FUZZ_PACKAGES[@]}")
 [ "$MODE" = runtime ] && PACKAGES=("${RUNTIME_PACKAGES[@]}")
 if [ "$LIST" -eq 1 ]; then
   printf '%s\n' "${PACKAGES[@]}"

@@ -16,6 +16,10 @@ export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 JOBS=${JOBS:-$(nproc)}
 export JOBS
+# The compilers of the stages (tools/install_deps.sh installs them; tests/install_deps_test.py
+# checks that it does): the main, asan and tsan stages use CMake's default (gcc, build-essential).
+FUZZ_CC=clang-14
+FUZZ_CXX=clang++-14
 
 TIMES=()
 stage() {  # stage NAME COMMAND...: runs it, records its wall time
@@ -37,10 +41,10 @@ main_test() {
 }
 
 FUZZ_TARGETS=(fuzz_wav fuzz_audio_input fuzz_resample fuzz_model_config fuzz_safetensors
-              fuzz_stream_session)
+              fuzz_stream_session fuzz_ngram_lm)
 
 fuzz_stage() {
-  CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  CC=$FUZZ_CC CXX=$FUZZ_CXX cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DJASPER_CUDA=OFF -DJASPER_FUZZ=ON -DJASPER_BUILD_TESTS=OFF \
     -DJASPER_SANITIZE="address;undefined" \
     -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link \

@@ -1,25 +1,37 @@
 // jasper-transcribe: the offline command. Transcribes WAV files with a model folder using the
 // engine directly (no server): prints one transcript per file and the timings.
 //
+//   jasper-transcribe a.wav b.wav                      (the shipped default model)
 //   jasper-transcribe --model_dir=models/<name> a.wav b.wav
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/backend.h"
-#include "engine/model.h"
-#include "engine/recognizer.h"
-#include "engine/resample.h"
-#include "engine/wav.h"
+#include "absl/strings/str_split.h"
+#include "engine/audio/resample.h"
+#include "engine/audio/wav.h"
+#include "engine/model/default_model_dir.h"
+#include "engine/model/model.h"
+#include "engine/runtime/backend.h"
+#include "engine/status_macros.h"
+#include "engine/streaming/recognizer.h"
 
-ABSL_FLAG(std::string, model_dir, "", "Model folder (model.json + model.safetensors).");
+ABSL_FLAG(std::string, model_dir, "",
+          absl::StrCat("Model folder (model.json + model.safetensors). Default, as for "
+                       "jasper-server: the first model folder under ",
+                       jasper::kDefaultModelSearchPath, "."));
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda.");
 ABSL_FLAG(std::string, gpu_precision, "fp32",
           "GPU activations and GEMM operands: fp32, fp16 or bf16 (FP32 accumulation).");
@@ -29,6 +41,19 @@ ABSL_FLAG(int, threads, 1,
 ABSL_FLAG(bool, words, false, "Print word start/end times (ms) and confidences.");
 ABSL_FLAG(bool, json, false, "Print one JSON object per file instead of text.");
 ABSL_FLAG(int, repeat, 1, "Run each file this many times (timing); prints the last.");
+ABSL_FLAG(std::string, decoder, "greedy",
+          "greedy (CTC argmax) or beam (CTC prefix beam search with --lm and --boost).");
+ABSL_FLAG(int, beam_width, jasper::BeamOptions().beam_width, "Beam search: hypotheses kept.");
+ABSL_FLAG(double, lm_weight, jasper::BeamOptions().lm_weight,
+          "Beam search: weight of the LM's log-probability.");
+ABSL_FLAG(double, word_bonus, jasper::BeamOptions().word_bonus,
+          "Beam search: score added per word.");
+ABSL_FLAG(std::string, lm, "",
+          "Beam search: a word n-gram LM, ARPA text (*.arpa) or the binary form (jasper-lm "
+          "convert). Empty: the model folder's (model.json language_model), if any; none: no LM.");
+ABSL_FLAG(std::string, boost, "",
+          "Beam search: phrases to boost, 'phrase=boost;phrase=boost' (boost in log-score units, "
+          "e.g. 5).");
 
 namespace {
 
@@ -53,10 +78,65 @@ std::string JsonEscape(const std::string& s) {
   return out;
 }
 
+// The decoder the flags ask for: greedy, or beam search with its options, LM and boosts.
+absl::StatusOr<jasper::DecoderConfig> DecoderFromFlags(const jasper::Model& model) {
+  jasper::DecoderConfig config;
+  const std::string name = absl::GetFlag(FLAGS_decoder);
+  if (name != "greedy" && name != "beam") {
+    return absl::InvalidArgumentError("--decoder must be greedy or beam, got '" + name + "'");
+  }
+  config.beam = name == "beam";
+  const bool beam_only = !absl::GetFlag(FLAGS_lm).empty() || !absl::GetFlag(FLAGS_boost).empty();
+  if (beam_only && !config.beam) {
+    return absl::InvalidArgumentError("--lm and --boost need --decoder=beam");
+  }
+  config.beam_options.beam_width = absl::GetFlag(FLAGS_beam_width);
+  config.beam_options.lm_weight = static_cast<float>(absl::GetFlag(FLAGS_lm_weight));
+  config.beam_options.word_bonus = static_cast<float>(absl::GetFlag(FLAGS_word_bonus));
+  JASPER_RETURN_IF_ERROR(config.beam_options.Validate());
+  const std::string lm_path = absl::GetFlag(FLAGS_lm);
+  if (lm_path == "none") {
+    // Beam search without any LM, not even the model folder's.
+  } else if (!lm_path.empty()) {
+    absl::StatusOr<std::shared_ptr<const jasper::NgramLm>> lm;
+    if (absl::EndsWith(lm_path, ".arpa")) {
+      std::ifstream in(lm_path, std::ios::binary);
+      if (!in) return absl::NotFoundError("cannot read --lm " + lm_path);
+      std::stringstream text;
+      text << in.rdbuf();
+      lm = jasper::NgramLm::FromArpa(text.str());
+    } else {
+      lm = jasper::NgramLm::LoadBinary(lm_path);
+    }
+    if (!lm.ok()) return lm.status();
+    config.lm = *std::move(lm);
+  } else if (config.beam) {
+    config.lm = model.language_model();  // the model folder's, if it has one
+  }
+  std::vector<jasper::BoostPhrase> phrases;
+  for (absl::string_view item :
+       absl::StrSplit(absl::GetFlag(FLAGS_boost), ';', absl::SkipWhitespace())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    double boost = 0;
+    if (!absl::SimpleAtod(kv.second, &boost)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--boost: '", item, "' is not 'phrase=boost'"));
+    }
+    phrases.push_back({kv.first, static_cast<float>(boost)});
+  }
+  if (!phrases.empty()) {
+    JASPER_ASSIGN_OR_RETURN(config.boost,
+                            jasper::PhraseBoost::Create(phrases, model.config().labels));
+  }
+  return config;
+}
+
 int Run(const std::vector<char*>& files) {
-  const std::string model_dir = absl::GetFlag(FLAGS_model_dir);
+  std::string model_dir = absl::GetFlag(FLAGS_model_dir);
+  if (model_dir.empty()) model_dir = jasper::FindDefaultModelDir();
   if (model_dir.empty()) {
-    std::fprintf(stderr, "error: --model_dir is required\n");
+    std::fprintf(stderr, "error: no --model_dir given and no model folder under %s\n",
+                 jasper::kDefaultModelSearchPath);
     return 2;
   }
   absl::StatusOr<jasper::Device> device = jasper::ParseDevice(absl::GetFlag(FLAGS_device));
@@ -71,21 +151,31 @@ int Run(const std::vector<char*>& files) {
                  std::string(model.status().message()).c_str());
     return 1;
   }
-  absl::StatusOr<jasper::GpuPrecision> precision =
+  absl::StatusOr<jasper::kernels::Precision> precision =
       jasper::ParseGpuPrecision(absl::GetFlag(FLAGS_gpu_precision));
   if (!precision.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(precision.status().message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<jasper::DecoderConfig> decoder = DecoderFromFlags(**model);
+  if (!decoder.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(decoder.status().message()).c_str());
     return 2;
   }
   jasper::BackendOptions options;
   options.device = *device;
   options.gpu_precision = *precision;
   options.cpu_threads = absl::GetFlag(FLAGS_threads);
+  options.keep_log_probs = decoder->beam;  // beam search reads every label's log-probability
   absl::StatusOr<std::unique_ptr<jasper::OfflineRecognizer>> recognizer =
       jasper::OfflineRecognizer::Create(*model, options);
   if (!recognizer.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(recognizer.status().message()).c_str());
     return 1;
+  }
+  if (absl::Status s = (*recognizer)->SetDecoder(*std::move(decoder)); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+    return 2;
   }
   std::fprintf(stderr, "model %s loaded in %.1f ms, backend %s\n", model_dir.c_str(),
                MsSince(load_start), (*recognizer)->backend().name().c_str());
@@ -164,12 +254,20 @@ int Run(const std::vector<char*>& files) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --help lists this file's flags (absl's default matches only files named after the program).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "tools/transcribe.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
-      "Transcribes WAV files offline with a jasper-serve model folder.\n"
-      "usage: jasper-transcribe --model_dir=DIR [--device=auto|cpu|cuda] FILE.wav...");
+      "Transcribes WAV files offline with a jasper-serve model folder (no server).\n"
+      "usage: jasper-transcribe [--model_dir=DIR] [--device=auto|cpu|cuda] FILE.wav...");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) {
-    std::fprintf(stderr, "usage: jasper-transcribe --model_dir=DIR FILE.wav...\n");
+    std::fprintf(stderr,
+                 "usage: jasper-transcribe [--model_dir=DIR] FILE.wav... (--help: flags)\n");
     return 2;
   }
   return Run(std::vector<char*>(args.begin() + 1, args.end()));

@@ -517,12 +517,14 @@ Result LaunchFusedSubBlock(const DeviceSubBlock& sub_block, Precision precision,
 
   const int tile_n = TileNFor(sub_block.n_padded);
   const int smem_bytes = SmemBytes(desc, precision, tile_n);
-  int device = 0;
-  cudaError_t error = cudaGetDevice(&device);
-  if (error != cudaSuccess) return FromCuda(error);
-  int smem_limit = 0;
-  error = cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  if (error != cudaSuccess) return FromCuda(error);
+  int device = sub_block.device;
+  int smem_limit = sub_block.smem_limit_bytes;
+  if (device < 0 || smem_limit <= 0) {  // not cached by the caller: ask the current device
+    cudaError_t error = cudaGetDevice(&device);
+    if (error != cudaSuccess) return FromCuda(error);
+    error = cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (error != cudaSuccess) return FromCuda(error);
+  }
   if (smem_bytes > smem_limit) {
     return Invalid(
         "LaunchFusedSubBlock: kernel window (kernel_size x dilation) too large for "

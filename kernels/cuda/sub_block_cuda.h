@@ -48,6 +48,11 @@ struct DeviceSubBlock {
   const void* weight = nullptr;      // [k_steps, kChunk, n_padded], Precision elements
   const float* depthwise = nullptr;  // [kernel_size, Chunks(in_channels)*kChunk] (separable)
   const float* bias = nullptr;       // [n_padded], never null
+  // The device it runs on and that device's opt-in shared memory per block
+  // (cudaDevAttrMaxSharedMemoryPerBlockOptin), as the caller cached them at setup; device < 0
+  // or smem_limit_bytes <= 0: LaunchFusedSubBlock queries the current device on every call.
+  int device = -1;
+  int smem_limit_bytes = 0;
 };
 
 struct DeviceGeometry {

@@ -28,11 +28,13 @@
 #define JASPER_HD inline
 #endif
 
+#include "kernels/precision.h"
+
 namespace jasper::kernels::cuda {
 
-// Element type of activations and GEMM operands on the device. Accumulation is FP32 always;
-// kFp32 runs the GEMM with FP32 FMA on CUDA cores, kFp16/kBf16 on tensor cores (WMMA).
-enum class Precision { kFp32, kFp16, kBf16 };
+// The element type of activations and GEMM operands: kernels/precision.h (kFp16/kBf16 run the
+// GEMM on tensor cores with WMMA). Unqualified `Precision` here names that one enum.
+using ::jasper::kernels::Precision;
 
 JASPER_HD int PrecisionBytes(Precision precision) { return precision == Precision::kFp32 ? 4 : 2; }
 

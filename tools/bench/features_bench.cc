@@ -1,7 +1,7 @@
-// features_bench: CPU cost of the front end (engine/features.h), one thread, CPU-time clock.
-// For the shipped default model's featurizer (16 kHz, 64 log-mel, n_fft 512, 10 ms hop), prints
-// per input length: the median time of Featurizer::Compute, of the FFTs alone (RealFft of n_fft
-// per frame, the part Compute spends most of its time in), and the real-time factor.
+// features_bench: CPU cost of the front end (engine/features/features.h), one thread, CPU-time
+// clock. For the shipped default model's featurizer (16 kHz, 64 log-mel, n_fft 512, 10 ms hop),
+// prints per input length: the median time of Featurizer::Compute, of the FFTs alone (RealFft of
+// n_fft per frame, the part Compute spends most of its time in), and the real-time factor.
 //
 //   build/tools/bench/features_bench [--model_dir=models/quartznet_en_tts_small] [--samples=15]
 //
@@ -17,9 +17,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "engine/features.h"
-#include "engine/fft.h"
-#include "engine/model.h"
+#include "engine/features/features.h"
+#include "engine/features/fft.h"
+#include "engine/model/model.h"
 
 ABSL_FLAG(std::string, model_dir, "models/quartznet_en_tts_small", "Model folder (featurizer).");
 ABSL_FLAG(int, samples, 15, "Timed samples per row (the median is printed).");

@@ -1,0 +1,106 @@
+// AudioInput: turns the bytes a client streams into mono float samples at the model's rate.
+//
+// Decodes LINEAR_PCM (signed 16-bit little-endian), G.711 mu-law and A-law; detects a RIFF/WAV
+// header at the very start of a LINEAR_PCM stream and takes the encoding and rate from it;
+// carries an odd trailing byte of 16-bit PCM over to the next Push(); resamples to the model
+// rate with a streaming resampler (engine/audio/resample.h, libsoxr), so the output of a stream cut
+// into pieces of any size equals that of the whole stream.
+//
+// Ownership: owns its decoder and resampler state.
+// Thread-safety: NOT thread-safe; one AudioInput per stream, used by one thread at a time
+// (StreamSession serializes its calls).
+#ifndef JASPER_ENGINE_AUDIO_AUDIO_INPUT_H_
+#define JASPER_ENGINE_AUDIO_AUDIO_INPUT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace jasper {
+
+class Resampler;  // engine/audio/resample.h
+
+enum class AudioEncoding { kLinearPcm16, kMulaw, kAlaw };
+
+// "LINEAR_PCM", "MULAW", "ALAW" (for logs and errors).
+const char* AudioEncodingName(AudioEncoding encoding);
+
+struct AudioFormat {
+  AudioEncoding encoding = AudioEncoding::kLinearPcm16;
+  // 0 = unknown: allowed only for LINEAR_PCM streams that start with a WAV header.
+  int sample_rate_hz = 0;
+  int channels = 1;  // only mono is supported
+
+  // INVALID_ARGUMENT naming the field: channels != 1, rate outside [8000, 48000] (0 allowed,
+  // see above), mu-law/A-law without a rate.
+  absl::Status Validate() const;
+};
+
+// Sample rates accepted from clients.
+inline constexpr int kMinInputSampleRateHz = 8000;
+inline constexpr int kMaxInputSampleRateHz = 48000;
+
+class AudioInput {
+ public:
+  // `model_sample_rate_hz`: the rate of the samples Push() produces (the model's featurizer
+  // rate). Errors: INVALID_ARGUMENT from AudioFormat::Validate().
+  static absl::StatusOr<std::unique_ptr<AudioInput>> Create(const AudioFormat& format,
+                                                            int model_sample_rate_hz);
+  ~AudioInput();
+
+  // Decodes `bytes` and appends mono float samples in [-1, 1] at the model rate to
+  // *samples_out (which may receive fewer samples than the bytes hold: the resampler keeps a
+  // short delay line until Flush()).
+  // A LINEAR_PCM stream whose first bytes are "RIFF" is parsed as WAV: the header (which may be
+  // split across pushes; up to 64 KiB is buffered while it is incomplete) overrides encoding
+  // and rate (PCM 16-bit, mu-law, A-law). Errors (INVALID_ARGUMENT, the stream is then
+  // unusable): a WAV header that is malformed or says channels != 1, an unsupported WAV
+  // encoding or bit depth, a rate outside [8000, 48000], a sample rate of 0 with no WAV header
+  // ("sample_rate_hertz is required for raw audio"), Push after Flush.
+  absl::Status Push(absl::Span<const uint8_t> bytes, std::vector<float>* samples_out);
+
+  // End of stream: drains the resampler. A dangling odd byte is dropped. An incomplete WAV
+  // header is INVALID_ARGUMENT.
+  absl::Status Flush(std::vector<float>* samples_out);
+
+  // The format in effect (after a WAV header, the header's); rate 0 until known.
+  const AudioFormat& format() const { return format_; }
+  int model_sample_rate_hz() const { return model_rate_; }
+  // Input samples decoded so far (at the input rate).
+  int64_t input_samples() const { return input_samples_; }
+
+ private:
+  AudioInput(const AudioFormat& format, int model_rate);
+  // Header complete in pending_ (or raw audio): checks the format, creates the resampler.
+  absl::Status StartData();
+  // Tries to parse the WAV header held in pending_. Sets *complete when it is.
+  absl::Status ParseWavHeader(bool* complete);
+  // Decodes whole samples of `bytes` (after the header) and resamples them.
+  absl::Status DecodeData(absl::Span<const uint8_t> bytes, std::vector<float>* samples_out);
+  absl::Status Fail(absl::Status status);
+
+  AudioFormat format_;
+  int model_rate_ = 0;
+  enum class State { kSniffing, kWavHeader, kData, kFlushed, kFailed };
+  State state_ = State::kSniffing;
+  std::vector<uint8_t> pending_;  // header bytes seen so far / partial sample carried over
+  // WAV input: the header with the data chunk's size set to "unknown", so that each push's
+  // data can be decoded by DecodeWav (engine/audio/wav.h) whatever the sample format.
+  bool is_wav_ = false;
+  std::vector<uint8_t> wav_header_;
+  int block_align_ = 2;                   // bytes per sample frame of the input
+  int64_t wav_data_bytes_left_ = -1;      // declared data bytes still expected; -1 = unknown
+  std::unique_ptr<Resampler> resampler_;  // null when the rates are equal
+  std::vector<float> scratch_;
+  std::vector<uint8_t> wav_scratch_;
+  int64_t input_samples_ = 0;
+};
+
+}  // namespace jasper
+
+#endif  // JASPER_ENGINE_AUDIO_AUDIO_INPUT_H_

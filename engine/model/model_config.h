@@ -1,0 +1,106 @@
+// model.json: the architecture, featurizer parameters and vocabulary of a model folder.
+//
+// The schema mirrors NeMo's own config (the `preprocessor`, `encoder.jasper` and `decoder`
+// sections of model_config.yaml) with NeMo's key names, so the converter copies rather than
+// translates. See docs/MODEL_FORMAT.md for every field, its default and its valid range.
+//
+// Plain value types; thread-compatible.
+#ifndef JASPER_ENGINE_MODEL_MODEL_CONFIG_H_
+#define JASPER_ENGINE_MODEL_MODEL_CONFIG_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace jasper {
+
+// Which NeMo FilterbankFeatures behaviour to reproduce. NeMo 2.5 (PR #13827) changed the STFT
+// padding from reflect to zeros, the valid frame count from L/hop+1 to L/hop, and zeroes
+// pre-emphasised samples past the length. Published QuartzNet/Jasper checkpoints predate it.
+enum class StftMode {
+  kLegacy,  // NeMo <= 2.4: reflect padding, seq_len = L / hop + 1
+  kNemo25,  // NeMo >= 2.5: zero padding, seq_len = L / hop
+};
+
+// NeMo AudioToMelSpectrogramPreprocessor parameters (inference: no dither).
+struct FeaturizerConfig {
+  int sample_rate = 16000;
+  double window_size_s = 0.02;    // -> win_length = int(window_size_s * sample_rate) samples
+  double window_stride_s = 0.01;  // -> hop_length = int(window_stride_s * sample_rate) samples
+  int n_fft = 512;                // 0 in JSON (null) -> next power of two >= win_length
+  int features = 64;              // mel bins
+  std::string window = "hann";    // only "hann" (symmetric, torch periodic=False) is supported
+  double preemph = 0.97;          // 0 disables pre-emphasis
+  double lowfreq_hz = 0.0;
+  double highfreq_hz = 0.0;                             // 0 (null in JSON) -> sample_rate / 2
+  double log_zero_guard_value = 5.960464477539063e-08;  // 2^-24, added before the log
+  bool log = true;
+  double mag_power = 2.0;
+  std::string normalize = "per_feature";  // "per_feature" or "none"
+  int pad_to = 16;                        // pad time to a multiple of this (0: no padding)
+  double pad_value = 0.0;
+  std::string mel_norm = "slaney";  // "slaney" or "none"
+  StftMode stft_mode = StftMode::kLegacy;
+
+  int WinLength() const;  // samples
+  int HopLength() const;  // samples
+  absl::Status Validate() const;
+};
+
+// One NeMo `encoder.jasper[i]` entry (a JasperBlock). Only the features Jasper and QuartzNet use
+// are supported; anything else (squeeze-excite, groups > 1, other residual modes) is rejected.
+struct BlockConfig {
+  int filters = 0;
+  int repeat = 1;
+  int kernel = 1;
+  int stride = 1;
+  int dilation = 1;
+  bool residual = false;
+  bool residual_dense = false;
+  bool separable = false;
+
+  absl::Status Validate() const;
+};
+
+struct ModelConfig {
+  int format_version = 1;
+  std::string name;
+  // Optional: a file in the model folder holding a word n-gram LM in the binary form of
+  // engine/model/ngram_lm.h (beam search uses it when the server is given no --lm). A plain
+  // file name; empty: none.
+  std::string language_model;
+  FeaturizerConfig featurizer;
+  int feat_in = 64;                 // encoder input channels (== featurizer.features)
+  std::string activation = "relu";  // only relu
+  bool conv_mask = true;
+  std::vector<BlockConfig> blocks;
+  int decoder_feat_in = 0;          // == last block's filters
+  std::vector<std::string> labels;  // CTC vocabulary; blank = labels.size()
+
+  int blank_id() const { return static_cast<int>(labels.size()); }
+  int num_outputs() const { return static_cast<int>(labels.size()) + 1; }
+  // Total time subsampling: the product over blocks of stride^repeat, since NeMo strides every
+  // sub-block of a block (2 for QuartzNet/Jasper, whose strided blocks have repeat 1).
+  int subsampling_factor() const;
+  absl::Status Validate() const;
+};
+
+// Which activations feed each block's residual branches, following NeMo's JasperBlock list
+// passing (a dense-residual block hands its input list plus its output to the next block):
+// result[b][p] is -1 (the encoder input features) or the index of the earlier block whose output
+// residual pane p of block b reads; empty for blocks without a residual. Errors for layouts NeMo
+// cannot run (non-consecutive dense-residual blocks, pane channel mismatches). Used by
+// ModelConfig::Validate() and the loader.
+absl::StatusOr<std::vector<std::vector<int>>> ResidualSources(const ModelConfig& config);
+
+// Parses model.json text. Every error names the offending field.
+absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text);
+
+// Serializes back to model.json text (used by tools and tests).
+std::string ModelConfigToJson(const ModelConfig& config);
+
+}  // namespace jasper
+
+#endif  // JASPER_ENGINE_MODEL_MODEL_CONFIG_H_

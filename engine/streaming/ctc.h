@@ -1,0 +1,57 @@
+// Greedy CTC decoding: per-frame argmax ids -> tokens (repeats merged unless a blank separates
+// them, blanks dropped; NeMo's rule), carried across chunks for streaming, plus word timings.
+//
+// Thread-safety: GreedyCtcDecoder is a per-stream value type, not thread-safe; the free
+// functions are pure.
+#ifndef JASPER_ENGINE_STREAMING_CTC_H_
+#define JASPER_ENGINE_STREAMING_CTC_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+
+namespace jasper {
+
+struct CtcToken {
+  int id = 0;
+  int frame = 0;          // encoder frame (global, from the start of the stream)
+  float log_prob = 0.0f;  // log-probability of the argmax at that frame
+};
+
+class GreedyCtcDecoder {
+ public:
+  explicit GreedyCtcDecoder(int blank_id) : blank_id_(blank_id), previous_(blank_id) {}
+
+  // Consumes consecutive frames starting at global frame `first_frame`; appends the emitted
+  // tokens. ids and best_log_probs have one entry per frame.
+  void Feed(absl::Span<const int> ids, absl::Span<const float> best_log_probs, int first_frame,
+            std::vector<CtcToken>* tokens);
+  // Forget the previous token (start of a new utterance).
+  void Reset() { previous_ = blank_id_; }
+  int blank_id() const { return blank_id_; }
+
+ private:
+  int blank_id_;
+  int previous_;
+};
+
+struct WordInfo {
+  std::string word;
+  int start_ms = 0;
+  int end_ms = 0;
+  float confidence = 0.0f;  // geometric mean of the word's token probabilities, in [0, 1]
+};
+
+// Concatenated labels of the tokens, post-processed as NeMo's CTCDecoding does: one whitespace
+// before a punctuation label (a one-character ASCII punctuation label, e.g. "'") is removed.
+std::string TokensToText(absl::Span<const CtcToken> tokens, const std::vector<std::string>& labels);
+
+// Splits tokens into words at labels equal to " ". A word starts at its first token's frame and
+// ends one frame after its last token; times in ms = frame * ms_per_frame.
+std::vector<WordInfo> TokensToWords(absl::Span<const CtcToken> tokens,
+                                    const std::vector<std::string>& labels, double ms_per_frame);
+
+}  // namespace jasper
+
+#endif  // JASPER_ENGINE_STREAMING_CTC_H_

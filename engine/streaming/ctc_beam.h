@@ -1,0 +1,145 @@
+// CtcBeamDecoder: CTC prefix beam search over per-frame log-probabilities, character-level and
+// lexicon-free, with an optional word n-gram LM applied at word boundaries (the space label),
+// a word-insertion bonus and optional phrase boosting. Frames are fed in order, in any number
+// of calls (streaming: the state carries across windows); Best() reads the best hypothesis at
+// any time (interim text), Finish() adds the end-of-sentence scores.
+//
+// Hypotheses are (prefix, whether the last frame was blank); paths reaching the same hypothesis
+// are merged with log-sum-exp. With beam_width 1 the single kept hypothesis is the argmax
+// path, so the tokens equal GreedyCtcDecoder's exactly (ids, frames, log-probs). Scores:
+//   acoustic (natural log) + lm_weight * ln P_LM(words) + word_bonus * words + boost
+// (the word bonus applies with an LM only: it balances the LM's per-word cost).
+// Candidate characters per frame: those within prune_log_prob of the frame's best.
+//
+// Memory: prefixes live in an arena of nodes (parent, label, frame); nodes no hypothesis reaches
+// are dropped when the arena passes max_nodes, so a stream's memory stays bounded by
+// beam_width x the utterance's length in tokens (Reset() at each utterance end).
+//
+// Ownership: borrows the LM and the boost (both may be null; they must outlive the decoder).
+// Thread-safety: not thread-safe (a per-stream value).
+#ifndef JASPER_ENGINE_STREAMING_CTC_BEAM_H_
+#define JASPER_ENGINE_STREAMING_CTC_BEAM_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "engine/model/ngram_lm.h"
+#include "engine/streaming/ctc.h"
+#include "engine/streaming/phrase_boost.h"
+
+namespace jasper {
+
+struct BeamOptions {
+  int beam_width = 16;           // [1, 256]
+  float lm_weight = 0.5f;        // [0, 10]; multiplies the LM's natural-log probability
+  float word_bonus = 1.0f;       // [-20, 20]; per completed word
+  float prune_log_prob = 10.0f;  // (0, 100]; characters this far below the frame's best drop
+  // With an LM: added once to a hypothesis whose current word stops being a prefix of any LM
+  // word (an out-of-vocabulary spelling), so OOV letters cannot run words together to save
+  // word-boundary LM costs. Natural-log units (pyctcdecode's unk_score_offset). [-100, 0]
+  float oov_penalty = -10.0f;
+  int max_nodes = 1 << 16;  // prefix arena size that triggers a compaction
+
+  // INVALID_ARGUMENT naming the field.
+  absl::Status Validate() const;
+};
+
+// How transcripts are decoded from the backend's output: greedy CTC (the default), or CTC
+// prefix beam search (engine/streaming/ctc_beam.h) with an optional word LM and phrase boosts.
+// Beam search reads the full log-probabilities: the backend must keep them
+// (BackendOptions::keep_log_probs).
+// Validate(): INVALID_ARGUMENT naming the field (beam options) when beam is set.
+struct DecoderConfig {
+  bool beam = false;
+  BeamOptions beam_options;
+  std::shared_ptr<const NgramLm> lm;         // may be null
+  std::shared_ptr<const PhraseBoost> boost;  // may be null
+
+  absl::Status Validate() const { return beam ? beam_options.Validate() : absl::OkStatus(); }
+};
+
+class CtcBeamDecoder {
+ public:
+  // `labels` and `blank_id` as in ModelConfig (labels[i] is one character; " " separates
+  // words). lm and boost may be null.
+  CtcBeamDecoder(const std::vector<std::string>* labels, int blank_id, const BeamOptions& options,
+                 const NgramLm* lm, const PhraseBoost* boost);
+
+  // Consumes `frames` frames of log-probabilities ([frames, vocab] row-major, natural log, as
+  // the backend's log-softmax gives them), the first being global frame `first_frame`.
+  void Feed(const float* log_probs, int frames, int vocab, int first_frame);
+  // The tokens of the best hypothesis so far (without end-of-sentence scores).
+  std::vector<CtcToken> Best() const;
+  // The best hypothesis if `frames` more frames followed, without keeping them (interim text
+  // from the look-ahead). The hypotheses are unchanged; the arena may grow.
+  std::vector<CtcToken> Peek(const float* log_probs, int frames, int vocab, int first_frame);
+  // The best hypothesis after adding the last word's LM score, </s> and taking back unfinished
+  // boosts: the final result of the utterance.
+  std::vector<CtcToken> Finish() const;
+  // Forgets everything (a new utterance).
+  void Reset();
+
+  int num_hypotheses() const { return static_cast<int>(hyps_.size()); }
+  size_t arena_size() const { return nodes_.size(); }
+
+ private:
+  struct Node {
+    int parent = -1;
+    int label = -1;  // the token this node appends; -1 for the root
+    int frame = 0;
+    float log_prob = 0;      // of the token at its first frame (for confidences)
+    float static_score = 0;  // LM, bonus and boost of the prefix up to here
+    NgramLm::State lm_state;
+    int boost_state = PhraseBoost::kRoot;
+    int word_start = -1;  // node of the current word's first character (-1: none open)
+    bool oov = false;     // the open word has left the LM's vocabulary (penalty applied)
+    // A prefix is one node whatever frame its last token came in; frame and log_prob are those
+    // of the path that (re)entered the beam: a node dropped from the beam and reached again
+    // later starts its token at the new frame.
+    int last_live = -1;  // the last frame at which a kept hypothesis ended here
+    int touched = -1;    // the last frame at which Child() returned it
+  };
+  // Peek's undo log: a node's fields before Peek changed them.
+  struct Saved {
+    int node, frame, last_live, touched;
+    float log_prob;
+  };
+  struct Hyp {
+    int node = 0;
+    bool blank = true;   // the last frame was blank (or nothing yet)
+    float acoustic = 0;  // log-sum of the merged paths
+  };
+
+  int Child(int parent, int label, int frame, float log_prob);
+  // LM + bonus for the word that ends at `node` (from its word_start), updating *state.
+  float WordScore(int node, NgramLm::State* state) const;
+  float FinalScore(const Hyp& h) const;
+  // One frame: hyps -> the next hyps (merged, pruned to the beam).
+  void Step(const float* lp, int vocab, int frame, std::vector<Hyp>* hyps);
+  std::vector<CtcToken> Tokens(int node) const;
+  void Compact();
+
+  const std::vector<std::string>* labels_;
+  int blank_id_;
+  int space_id_ = -1;
+  BeamOptions options_;
+  const NgramLm* lm_;
+  const PhraseBoost* boost_;
+  std::vector<Node> nodes_;
+  absl::flat_hash_map<uint64_t, int> children_;  // (parent << 16 | label) -> node
+  std::vector<Hyp> hyps_;
+  size_t compact_at_ = 0;                             // arena size that triggers the next Compact()
+  std::vector<Hyp> next_scratch_;                     // Step()'s, reused frame to frame
+  absl::flat_hash_map<uint64_t, int> index_scratch_;  // Step()'s, reused frame to frame
+  std::vector<Saved>* journal_ = nullptr;             // set during Peek
+  size_t journal_base_ = 0;                           // nodes below this are logged before a change
+  void Journal(int node);
+};
+
+}  // namespace jasper
+
+#endif  // JASPER_ENGINE_STREAMING_CTC_BEAM_H_

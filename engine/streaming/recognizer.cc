@@ -1,0 +1,121 @@
+#include "engine/streaming/recognizer.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/runtime/backend_factory.h"
+#include "engine/status_macros.h"
+
+namespace jasper {
+
+OfflineRecognizer::OfflineRecognizer(std::shared_ptr<const Model> model,
+                                     std::unique_ptr<Backend> backend)
+    : model_(std::move(model)), backend_(std::move(backend)) {}
+
+absl::StatusOr<std::unique_ptr<OfflineRecognizer>> OfflineRecognizer::Create(
+    std::shared_ptr<const Model> model, const BackendOptions& options) {
+  if (model == nullptr) return absl::InvalidArgumentError("OfflineRecognizer: no model");
+  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(model, options);
+  if (!backend.ok()) return backend.status();
+  return Create(std::move(model), *std::move(backend));
+}
+
+absl::StatusOr<std::unique_ptr<OfflineRecognizer>> OfflineRecognizer::Create(
+    std::shared_ptr<const Model> model, std::unique_ptr<Backend> backend) {
+  if (model == nullptr || backend == nullptr) {
+    return absl::InvalidArgumentError("OfflineRecognizer: no model or backend");
+  }
+  return std::unique_ptr<OfflineRecognizer>(
+      new OfflineRecognizer(std::move(model), std::move(backend)));
+}
+
+double OfflineRecognizer::ms_per_frame() const { return model_->encoder_frame_ms(); }
+
+absl::StatusOr<std::vector<Transcript>> OfflineRecognizer::RecognizeBatch(
+    const std::vector<absl::Span<const float>>& utterances, BackendOutput* outputs) {
+  std::vector<Features> features;
+  features.reserve(utterances.size());
+  for (size_t i = 0; i < utterances.size(); ++i) {
+    absl::StatusOr<Features> f = featurizer().Compute(utterances[i]);
+    if (!f.ok()) {
+      return absl::Status(f.status().code(),
+                          absl::StrCat("utterance ", i, ": ", f.status().message()));
+    }
+    features.push_back(*std::move(f));
+  }
+  absl::StatusOr<std::vector<Transcript>> transcripts = RecognizeFeatures(features, outputs);
+  if (transcripts.ok()) {
+    for (size_t i = 0; i < utterances.size(); ++i) {
+      (*transcripts)[i].audio_seconds =
+          static_cast<double>(utterances[i].size()) / model_->config().featurizer.sample_rate;
+    }
+  }
+  return transcripts;
+}
+
+absl::Status OfflineRecognizer::SetDecoder(DecoderConfig config) {
+  if (config.beam) {
+    JASPER_RETURN_IF_ERROR(config.beam_options.Validate());
+  }
+  decoder_ = std::move(config);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Transcript>> OfflineRecognizer::RecognizeFeatures(
+    const std::vector<Features>& features, BackendOutput* outputs) {
+  if (features.empty()) return std::vector<Transcript>();
+  const int num_features = model_->config().feat_in;
+  int time = 0;
+  for (const Features& f : features) {
+    if (f.num_features != num_features) {
+      return absl::InvalidArgumentError(absl::StrCat("features have ", f.num_features,
+                                                     " channels, model expects ", num_features));
+    }
+    time = std::max(time, f.padded_frames);
+  }
+  const int batch = static_cast<int>(features.size());
+  // Pad every utterance to the longest; the lengths keep the padding masked.
+  std::vector<float> padded(static_cast<size_t>(batch) * time * num_features, 0.0f);
+  std::vector<int> lengths(batch);
+  for (int b = 0; b < batch; ++b) {
+    std::copy(features[b].data.begin(), features[b].data.end(),
+              padded.begin() + static_cast<size_t>(b) * time * num_features);
+    lengths[b] = features[b].valid_frames;
+  }
+  FeatureBatch input{padded.data(), batch, time, num_features, lengths.data()};
+  BackendOutput local;
+  BackendOutput* out = outputs != nullptr ? outputs : &local;
+  JASPER_RETURN_IF_ERROR(backend_->Run(input, out));
+
+  const std::vector<std::string>& labels = model_->config().labels;
+  std::vector<Transcript> transcripts(batch);
+  for (int b = 0; b < batch; ++b) {
+    Transcript& t = transcripts[b];
+    const size_t offset = static_cast<size_t>(b) * out->time;
+    const int length = out->lengths[b];
+    if (decoder_.beam) {
+      if (out->log_probs.size() != static_cast<size_t>(batch) * out->time * out->vocab) {
+        return absl::FailedPreconditionError(
+            "beam decoding needs the backend's log-probabilities (keep_log_probs)");
+      }
+      CtcBeamDecoder beam(&labels, model_->config().blank_id(), decoder_.beam_options,
+                          decoder_.lm.get(), decoder_.boost.get());
+      beam.Feed(out->log_probs.data() + offset * out->vocab, length, out->vocab, 0);
+      t.tokens = beam.Finish();
+    } else {
+      GreedyCtcDecoder decoder(model_->config().blank_id());
+      decoder.Feed(absl::MakeConstSpan(out->ids.data() + offset, length),
+                   absl::MakeConstSpan(out->best_log_probs.data() + offset, length), 0, &t.tokens);
+    }
+    t.text = TokensToText(t.tokens, labels);
+    t.words = TokensToWords(t.tokens, labels, ms_per_frame());
+    float sum = 0.0f;
+    for (const WordInfo& w : t.words) sum += w.confidence;
+    t.confidence = t.words.empty() ? 0.0f : sum / static_cast<float>(t.words.size());
+    t.encoder_frames = length;
+  }
+  return transcripts;
+}
+
+}  // namespace jasper

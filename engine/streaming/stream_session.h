@@ -1,0 +1,145 @@
+// StreamSession: the per-stream state of streaming (and offline) recognition.
+//
+// Audio bytes -> AudioInput (decode, resample to the model rate) -> a bounded buffer ->
+// windows of left context | chunk | right look-ahead (NeMo's buffered CTC inference), each
+// featurized and normalized on its own -> Scheduler (batched with other streams' windows) ->
+// in window order: the chunk's encoder frames go through the stream's GreedyCtcDecoder (final
+// tokens); the look-ahead frames, decoded on a copy of the decoder, give interim text;
+// endpointing on runs of blank frames splits the stream into utterances. See
+// docs/STREAMING.md for the exact rules and every option.
+//
+// Offline recognition uses the same path: push all the audio (honouring CanAcceptAudio()),
+// Finish(), collect the final results; long audio goes through the same windows.
+//
+// The logic lives in two plain values (engine/streaming/windower.h: buffer, window cutting,
+// in-order reassembly; engine/streaming/stream_decoder.h: CTC over windows, endpointing, results);
+// this class is the shell around them: locks, submission to the scheduler, delivery.
+//
+// Where the work runs: decoding/resampling on the thread calling PushAudio/Finish; a window's
+// featurization and submission on the thread that cut it (the caller, or a scheduler worker
+// once an earlier window of the stream returned and made room, see max_inflight_windows); CTC
+// decoding of results on the scheduler worker that ran the window; callbacks on the delivery
+// executor.
+//
+// Ownership: shares the Model; borrows the Scheduler and the delivery SerialExecutor (both
+// must outlive the session's last callback, i.e. on_done, or the session's destruction,
+// whichever is later; the executor must also outlive the scheduler's workers, whose window
+// results post to it); owns everything else. The session's state lives in a shared object that
+// in-flight windows keep alive, so the session may be destroyed at any time (destroying it before
+// on_done cancels it without calling on_done).
+//
+// Thread-safety: thread-safe (internally synchronized). Callbacks are delivered in order, one
+// at a time, on the delivery executor's thread: never on the thread calling a session method,
+// never while the session's lock is held, and never after on_done.
+#ifndef JASPER_ENGINE_STREAMING_STREAM_SESSION_H_
+#define JASPER_ENGINE_STREAMING_STREAM_SESSION_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/audio/audio_input.h"
+#include "engine/model/model.h"
+#include "engine/streaming/ctc.h"
+#include "engine/streaming/scheduler.h"
+#include "engine/streaming/serial_executor.h"
+#include "engine/streaming/stream_decoder.h"
+
+namespace jasper {
+
+struct StreamingOptions {
+  // Window = left_context_ms | chunk_ms | right_context_ms of audio (3.2 s by default). All
+  // three must be multiples of the model's encoder frame (20 ms for QuartzNet/Jasper); Create()
+  // checks that. Final text of a chunk is known right_context_ms after the chunk's end.
+  int chunk_ms = 800;           // [20, 30000]
+  int left_context_ms = 1600;   // [0, 60000]
+  int right_context_ms = 800;   // [0, 30000]
+  bool interim_results = true;  // emit is_final=false results after each window
+  // A run of blank frames this long after some speech ends the utterance (a final result).
+  // 0 = off (one utterance per stream, plus ForceFinal()). [0, 60000]; rounded up to whole
+  // encoder frames.
+  int endpoint_silence_ms = 800;
+  // Unprocessed audio (received, not yet cut into a window) the session holds. A push is
+  // accepted while the buffer is below this; it must be >= chunk_ms + right_context_ms.
+  int max_buffered_audio_ms = 10000;  // [.., 600000]
+  // Audio beyond this (at the model rate) fails the stream with OUT_OF_RANGE.
+  int64_t max_stream_duration_ms = 3600000;  // 1 h; [1000, 86400000]
+  // Windows of this stream in the scheduler at once (more: audio waits in the buffer, which
+  // is what makes a fast sender back off). [1, 64]
+  int max_inflight_windows = 4;
+  // Greedy CTC (default) or beam search with an LM and boosts (the backend must keep its
+  // log-probabilities; the LM and boost are shared and must outlive the session).
+  DecoderConfig decoder;
+
+  // INVALID_ARGUMENT naming the field.
+  absl::Status Validate() const;
+};
+
+// SessionResult: engine/streaming/stream_decoder.h.
+
+class StreamSession {
+ public:
+  struct Callbacks {
+    std::function<void(const SessionResult&)> on_result;
+    // The buffer fell below max_buffered_audio_ms after CanAcceptAudio() had been false: the
+    // server may post its next read.
+    std::function<void()> on_space_available;
+    // Exactly once, after the last result: OK after Finish() drained, CANCELLED after
+    // Cancel(), or the error that ended the session.
+    std::function<void(absl::Status)> on_done;
+  };
+
+  // Errors: INVALID_ARGUMENT (options, format, null model/scheduler/delivery, window sizes not
+  // a multiple of the model's encoder frame, missing on_done).
+  static absl::StatusOr<std::unique_ptr<StreamSession>> Create(
+      std::shared_ptr<const Model> model, Scheduler* scheduler, SerialExecutor* delivery,
+      const StreamingOptions& options, const AudioFormat& format, Callbacks callbacks);
+  ~StreamSession();
+
+  StreamSession(const StreamSession&) = delete;
+  StreamSession& operator=(const StreamSession&) = delete;
+
+  // Appends audio. Any error ends the session: the call returns it and on_done(error) follows.
+  // RESOURCE_EXHAUSTED: pushed while !CanAcceptAudio(). OUT_OF_RANGE: the stream exceeds
+  // max_stream_duration_ms. INVALID_ARGUMENT: bad audio or format (see AudioInput).
+  // UNAVAILABLE: the scheduler is shut down. RESOURCE_EXHAUSTED also when the scheduler's queue
+  // is full (server overloaded). Backend errors pass through. FAILED_PRECONDITION: after
+  // Finish(). CANCELLED: after Cancel(). A session that already failed returns its error.
+  absl::Status PushAudio(absl::Span<const uint8_t> bytes);
+
+  // Whether a push is allowed now (buffered_audio_ms() < max_buffered_audio_ms and the session
+  // accepts audio). When it returns false, on_space_available follows once it is true again.
+  bool CanAcceptAudio() const;
+
+  // Ends the current utterance now: the audio received so far is processed with whatever
+  // right context exists, and a final result (even if empty) follows; the next audio starts a
+  // new utterance. Errors as PushAudio (except RESOURCE_EXHAUSTED / OUT_OF_RANGE).
+  absl::Status ForceFinal();
+
+  // End of audio: processes the rest (the last window with the right context there is), emits
+  // the last final result, then on_done(OK). A stream with no final result so far gets one
+  // (possibly empty) final result. Idempotent errors as PushAudio.
+  absl::Status Finish();
+
+  // Drops everything; on_done(CANCELLED) unless on_done was already delivered or queued.
+  // Safe at any time, any number of times.
+  void Cancel();
+
+  // Unprocessed audio held, in ms at the model rate.
+  int64_t buffered_audio_ms() const;
+
+  class Impl;  // engine/streaming/stream_session.cc
+
+ private:
+  explicit StreamSession(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace jasper
+
+#endif  // JASPER_ENGINE_STREAMING_STREAM_SESSION_H_

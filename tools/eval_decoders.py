@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Word error rates of jasper-transcribe's decoders side by side with PocketSphinx on the same
+files: the committed held-out fixture and Debian's real recordings (pocketsphinx-testdata's
+LibriVox and cards clips, asterisk-core-sounds-en's prompts), each set only when installed.
+
+  python3 tools/eval_decoders.py --transcribe build/tools/jasper-transcribe \\
+      [--pocketsphinx-python VENV/bin/python] [--decoders greedy,beam-nolm,beam]
+
+beam = beam search with the model folder's LM; beam-nolm = the same without an LM. PocketSphinx
+(PyPI pocketsphinx 5, its bundled en-us acoustic model, dictionary and LM) runs in the Python
+given, on the same 16 kHz WAVs. References and hypotheses: lowercase, letters, apostrophes.
+Test sets only: nothing here trains or tunes anything.
+"""
+import argparse
+import csv
+import gzip
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def norm(s):
+    return " ".join(re.sub(r"[^a-z' ]+", " ", s.lower()).split())
+
+
+def edits(a, b):
+    d = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        prev, d[0] = d[0], i
+        for j, y in enumerate(b, 1):
+            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (x != y))
+    return d[-1]
+
+
+def sets(work):
+    """{name: [(wav16k, reference)]}."""
+    out = {}
+    tsv = os.path.join(ROOT, "tests/fixtures/heldout/transcripts.tsv")
+    rows = list(csv.reader(open(tsv), delimiter="\t"))
+    out["fixture_heldout"] = [(os.path.join(ROOT, "tests/fixtures/heldout", f), r) for f, r in rows]
+    base = "/usr/share/pocketsphinx/test/data"
+    for sub, tr in (("librivox", "librivox/transcription"), ("cards", "cards/cards.transcription")):
+        path = os.path.join(base, tr)
+        if not os.path.exists(path):
+            continue
+        items = []
+        for line in open(path):
+            m = re.match(r"^\s*(.*?)\s*\((\S+)\)\s*$", line)
+            if m:
+                wav = os.path.join(base, sub, m.group(2) + ".wav")
+                if os.path.exists(wav):
+                    items.append((wav, norm(m.group(1).replace("<s>", "").replace("</s>", ""))))
+        out[f"pocketsphinx-{sub}"] = items
+    tx = "/usr/share/doc/asterisk-core-sounds-en/core-sounds-en.txt.gz"
+    snd = "/usr/share/asterisk/sounds/en"
+    if os.path.exists(tx) and os.path.isdir(snd):
+        items = []
+        for line in gzip.open(tx, "rt", errors="ignore"):
+            if ":" not in line or line.startswith(";"):
+                continue
+            name, text = line.split(":", 1)
+            if re.search(r"[0-9\[<]", text):
+                continue
+            wav = os.path.join(snd, name.strip() + ".wav")
+            if os.path.exists(wav) and len(norm(text).split()) >= 2:
+                items.append((wav, norm(text)))
+        out["asterisk-allison"] = items
+    # Every file as 16 kHz mono 16-bit WAV (sox), once.
+    for name, items in out.items():
+        conv = []
+        for i, (wav, ref) in enumerate(items):
+            dst = os.path.join(work, f"{name}_{i:04d}.wav")
+            subprocess.run(["sox", "-V1", wav, "-r", "16000", "-c", "1", "-b", "16", dst], check=True)
+            conv.append((dst, ref))
+        out[name] = conv
+    return out
+
+
+def run_jasper(transcribe, files, args):
+    out = subprocess.run([transcribe, *args, *files], capture_output=True, text=True, check=True)
+    hyps = {}
+    for line in out.stdout.splitlines():
+        f, _, text = line.partition("\t")
+        hyps[f] = norm(text)
+    return [hyps.get(f, "") for f in files]
+
+
+PS_SCRIPT = r"""
+import sys, wave
+from pocketsphinx import Decoder
+d = Decoder()
+for path in sys.argv[1:]:
+    with wave.open(path) as w:
+        data = w.readframes(w.getnframes())
+    d.start_utt(); d.process_raw(data, full_utt=True); d.end_utt()
+    print(path + "\t" + (d.hyp().hypstr if d.hyp() else ""))
+"""
+
+
+def run_pocketsphinx(python, files):
+    out = subprocess.run([python, "-c", PS_SCRIPT, *files], capture_output=True, text=True,
+                         check=True)
+    hyps = dict(line.split("\t", 1) for line in out.stdout.splitlines() if "\t" in line)
+    return [norm(hyps.get(f, "")) for f in files]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--transcribe", default=os.path.join(ROOT, "build/tools/jasper-transcribe"))
+    ap.add_argument("--pocketsphinx-python", help="a Python with PyPI pocketsphinx installed")
+    ap.add_argument("--decoders", default="greedy,beam-nolm,beam")
+    args = ap.parse_args()
+    decoders = {"greedy": ["--decoder=greedy"], "beam-nolm": ["--decoder=beam", "--lm=none"],
+                "beam": ["--decoder=beam"]}
+    columns = [d for d in args.decoders.split(",") if d in decoders]
+    if args.pocketsphinx_python:
+        columns.append("pocketsphinx")
+    with tempfile.TemporaryDirectory() as work:
+        data = sets(work)
+        print("| set | files | words | " + " | ".join(columns) + " |")
+        print("|---|---|---|" + "---|" * len(columns))
+        for name, items in data.items():
+            files = [f for f, _ in items]
+            refs = [r.split() for _, r in items]
+            words = sum(len(r) for r in refs)
+            cells = []
+            for c in columns:
+                hyps = (run_pocketsphinx(args.pocketsphinx_python, files) if c == "pocketsphinx"
+                        else run_jasper(args.transcribe, files, decoders[c]))
+                errors = sum(edits(r, h.split()) for r, h in zip(refs, hyps))
+                cells.append(f"{100.0 * errors / max(words, 1):.1f} %")
+            print(f"| {name} | {len(items)} | {words} | " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
