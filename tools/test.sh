@@ -88,12 +88,14 @@ tsan_stage() {
   cmake --build build-tsan -j "$JOBS" --target "${TSAN_TESTS[@]}"
   # One process per suite; any TSan report makes the process exit non-zero (exitcode=66).
   # server_test needs the suppressions for Debian's uninstrumented gRPC/protobuf (tests/).
+  # history_size=7 keeps the previous access's stack restorable in long runs: a report whose
+  # earlier stack is lost ("failed to restore the stack") cannot match a suppression.
   local t supp
   for t in "${TSAN_TESTS[@]}"; do
     supp=""
     [ "$t" = server_test ] && supp="suppressions=$PWD/tests/server_test.tsan.supp"
     echo "--- $t under TSan ---" >&2
-    TSAN_OPTIONS="second_deadlock_stack=1 $supp ${TSAN_OPTIONS:-}" \
+    TSAN_OPTIONS="second_deadlock_stack=1 history_size=7 $supp ${TSAN_OPTIONS:-}" \
       "build-tsan/tests/$t" --gtest_brief=1
   done
 }
