@@ -143,6 +143,38 @@ TEST(NgramLmTest, WordPrefixesOfTheVocabulary) {
   }
 }
 
+// The prefix ranges the beam decoder narrows letter by letter agree with the string forms.
+TEST(NgramLmTest, PrefixRangesMatchTheWords) {
+  auto lm = NgramLm::FromArpa(kArpa);
+  ASSERT_TRUE(lm.ok());
+  std::vector<std::string> prefixes = {""};
+  const std::string letters = "acehmorstx<";
+  for (size_t n = 0; n < prefixes.size() && prefixes[n].size() < 4; ++n) {
+    for (char c : letters) prefixes.push_back(prefixes[n] + c);
+  }
+  for (const std::string& word : prefixes) {
+    NgramLm::Prefix p = (*lm)->RootPrefix();
+    bool known = true;
+    for (char c : word) {
+      const NgramLm::Prefix before = p;
+      known = known && (*lm)->ExtendPrefix(&p, c);
+      if (!known) {
+        EXPECT_EQ(p.lo, before.lo);  // unchanged on failure
+        EXPECT_EQ(p.hi, before.hi);
+        break;
+      }
+    }
+    EXPECT_EQ(known, (*lm)->IsWordPrefix(word)) << word;
+    if (known) {
+      EXPECT_EQ(p.depth, word.size());
+      // An in-vocabulary word maps to its id; a prefix and the markers to <unk>.
+      const int id = (*lm)->WordId(word);
+      const bool marker = word == "<s>" || word == "</s>" || word == "<unk>";
+      EXPECT_EQ((*lm)->PrefixWord(p), marker ? (*lm)->unk_id() : id) << word;
+    }
+  }
+}
+
 TEST(NgramLmTest, MissingMarkersAreAdded) {
   auto lm = NgramLm::FromArpa("\\data\\\nngram 1=2\n\\1-grams:\n-1 a\n-2 b\n\\end\\\n");
   ASSERT_TRUE(lm.ok()) << lm.status();

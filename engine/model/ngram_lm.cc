@@ -288,12 +288,21 @@ absl::Status NgramLm::Attach(const char* data, size_t size) {
   for (int i = 0; i < static_cast<int>(h.vocab_size); ++i) {
     if (!ids_.try_emplace(std::string(Word(i)), i).second) return Invalid("duplicate word");
   }
-  sorted_words_.clear();
+  std::vector<std::pair<absl::string_view, int32_t>> sorted;
+  sorted.reserve(h.vocab_size);
   for (int i = 0; i < static_cast<int>(h.vocab_size); ++i) {
     const absl::string_view w = Word(i);
-    if (w != "<s>" && w != "</s>" && w != "<unk>") sorted_words_.push_back(w);
+    if (w != "<s>" && w != "</s>" && w != "<unk>") sorted.emplace_back(w, i);
   }
-  std::sort(sorted_words_.begin(), sorted_words_.end());
+  std::sort(sorted.begin(), sorted.end());
+  sorted_words_.clear();
+  sorted_ids_.clear();
+  sorted_words_.reserve(sorted.size());
+  sorted_ids_.reserve(sorted.size());
+  for (const auto& [word, id] : sorted) {
+    sorted_words_.push_back(word);
+    sorted_ids_.push_back(id);
+  }
   const auto marker = [&](const char* w, int* id) {
     auto it = ids_.find(w);
     if (it == ids_.end()) return false;
@@ -334,6 +343,36 @@ int NgramLm::WordId(absl::string_view word) const {
 bool NgramLm::IsWordPrefix(absl::string_view prefix) const {
   auto it = std::lower_bound(sorted_words_.begin(), sorted_words_.end(), prefix);
   return it != sorted_words_.end() && absl::StartsWith(*it, prefix);
+}
+
+NgramLm::Prefix NgramLm::RootPrefix() const {
+  return Prefix{0, static_cast<uint32_t>(sorted_words_.size()), 0};
+}
+
+bool NgramLm::ExtendPrefix(Prefix* prefix, char c) const {
+  // In [lo, hi) every word shares the first `depth` bytes, so the words sort by their byte at
+  // `depth` (a word that ends there first); string_view orders bytes as unsigned char.
+  const size_t d = prefix->depth;
+  const auto at = [d](absl::string_view w) {
+    return w.size() > d ? static_cast<int>(static_cast<unsigned char>(w[d])) : -1;
+  };
+  const int byte = static_cast<unsigned char>(c);
+  const auto first = sorted_words_.begin() + prefix->lo;
+  const auto last = sorted_words_.begin() + prefix->hi;
+  const auto lo =
+      std::partition_point(first, last, [&](absl::string_view w) { return at(w) < byte; });
+  const auto hi =
+      std::partition_point(lo, last, [&](absl::string_view w) { return at(w) == byte; });
+  if (lo == hi) return false;
+  prefix->lo = static_cast<uint32_t>(lo - sorted_words_.begin());
+  prefix->hi = static_cast<uint32_t>(hi - sorted_words_.begin());
+  ++prefix->depth;
+  return true;
+}
+
+int NgramLm::PrefixWord(const Prefix& prefix) const {
+  if (prefix.lo >= prefix.hi || prefix.hi > sorted_words_.size()) return unk_;
+  return sorted_words_[prefix.lo].size() == prefix.depth ? sorted_ids_[prefix.lo] : unk_;
 }
 
 absl::string_view NgramLm::Word(int id) const {

@@ -68,6 +68,22 @@ class NgramLm {
   int WordId(absl::string_view word) const;
   // Whether some vocabulary word (markers excluded) starts with `prefix` (binary search).
   bool IsWordPrefix(absl::string_view prefix) const;
+
+  // The vocabulary words (markers excluded) that start with the same `depth` bytes: the range
+  // [lo, hi) of the sorted vocabulary. A decoder keeps one per open word and narrows it byte by
+  // byte, so neither the word's text nor a search of the whole vocabulary is needed per letter.
+  struct Prefix {
+    uint32_t lo = 0;
+    uint32_t hi = 0;
+    uint32_t depth = 0;
+  };
+  // Every word (the empty prefix).
+  Prefix RootPrefix() const;
+  // Narrows *prefix to the words whose next byte is `c`; false (and *prefix unchanged) when no
+  // word continues that way. O(log(hi - lo)).
+  bool ExtendPrefix(Prefix* prefix, char c) const;
+  // The id of the word that equals the prefix, or unk_id().
+  int PrefixWord(const Prefix& prefix) const;
   absl::string_view Word(int id) const;
 
   // The state after <s> (the start of a sentence).
@@ -100,7 +116,9 @@ class NgramLm {
   const Entry* table_ = nullptr;
   uint64_t capacity_ = 0;
   absl::flat_hash_map<std::string, int> ids_;
-  std::vector<absl::string_view> sorted_words_;  // the vocabulary sorted, for IsWordPrefix
+  // The vocabulary (markers excluded) sorted bytewise, and each one's id: for the prefixes.
+  std::vector<absl::string_view> sorted_words_;
+  std::vector<int32_t> sorted_ids_;
   int unk_ = 0, bos_ = 0, eos_ = 0;
   std::string owned_;        // FromBinary / FromArpa
   void* mapping_ = nullptr;  // LoadBinary

@@ -64,13 +64,9 @@ float CtcBeamDecoder::WordScore(int node, NgramLm::State* state) const {
   if (start < 0) return 0.0f;
   float score = lm_ != nullptr ? options_.word_bonus : 0.0f;  // the bonus balances the LM
   if (lm_ != nullptr) {
-    std::string word;
-    for (int n = node;; n = nodes_[n].parent) {
-      word += (*labels_)[nodes_[n].label];
-      if (n == start) break;
-    }
-    std::reverse(word.begin(), word.end());
-    score += options_.lm_weight * kLn10 * lm_->Score(*state, lm_->WordId(word), state);
+    const Node& n = nodes_[node];
+    const int word = n.oov ? lm_->unk_id() : lm_->PrefixWord(n.lex);
+    score += options_.lm_weight * kLn10 * lm_->Score(*state, word, state);
   }
   return score;
 }
@@ -108,14 +104,11 @@ int CtcBeamDecoder::Child(int parent, int label, int frame, float log_prob) {
     n.word_start = p.word_start >= 0 ? p.word_start : id;
     n.oov = p.word_start >= 0 && p.oov;
     if (lm_ != nullptr && !n.oov) {
-      // The open word so far: the parent's letters back to the word's start, then this one.
-      std::string word = (*labels_)[label];
-      for (int k = parent; p.word_start >= 0; k = nodes_[k].parent) {
-        word += (*labels_)[nodes_[k].label];
-        if (k == p.word_start) break;
-      }
-      std::reverse(word.begin(), word.end());
-      if (!lm_->IsWordPrefix(word)) {
+      // The open word's vocabulary range, narrowed by this label's bytes.
+      n.lex = p.word_start >= 0 ? p.lex : lm_->RootPrefix();
+      bool known = true;
+      for (const char ch : (*labels_)[label]) known = known && lm_->ExtendPrefix(&n.lex, ch);
+      if (!known) {
         n.oov = true;
         n.static_score += options_.oov_penalty;
       }
@@ -134,15 +127,19 @@ void CtcBeamDecoder::Step(const float* lp, int vocab, int frame, std::vector<Hyp
   // Per-frame scratch kept across frames (no allocation once warm).
   std::vector<Hyp>& next = next_scratch_;
   next.clear();
-  absl::flat_hash_map<uint64_t, int>& index = index_scratch_;  // (node, blank) -> slot in next
-  index.clear();
+  if (++step_ == 0) {  // the stamps wrapped: clear them all once
+    for (Node& n : nodes_) n.slot_step[0] = n.slot_step[1] = 0;
+    step_ = 1;
+  }
   const auto add = [&](int node, bool blank, float acoustic) {
-    const uint64_t key = (static_cast<uint64_t>(node) << 1) | (blank ? 1u : 0u);
-    auto [it, inserted] = index.try_emplace(key, static_cast<int>(next.size()));
-    if (inserted) {
+    Node& n = nodes_[node];
+    if (n.slot_step[blank] != step_) {
+      n.slot_step[blank] = step_;
+      n.slot[blank] = static_cast<int>(next.size());
       next.push_back(Hyp{node, blank, acoustic});
     } else {
-      next[it->second].acoustic = LogAdd(next[it->second].acoustic, acoustic);
+      Hyp& h = next[n.slot[blank]];
+      h.acoustic = LogAdd(h.acoustic, acoustic);
     }
   };
   for (const Hyp& h : *hyps) {

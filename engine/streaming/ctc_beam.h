@@ -42,7 +42,9 @@ struct BeamOptions {
   // word (an out-of-vocabulary spelling), so OOV letters cannot run words together to save
   // word-boundary LM costs. Natural-log units (pyctcdecode's unk_score_offset). [-100, 0]
   float oov_penalty = -10.0f;
-  int max_nodes = 1 << 16;  // prefix arena size that triggers a compaction
+  // Prefix arena size that triggers a compaction (each node about 100 bytes with its child
+  // index entry): the per-stream memory bound below a long utterance's live prefixes.
+  int max_nodes = 1 << 13;
 
   // INVALID_ARGUMENT naming the field.
   absl::Status Validate() const;
@@ -97,11 +99,16 @@ class CtcBeamDecoder {
     int boost_state = PhraseBoost::kRoot;
     int word_start = -1;  // node of the current word's first character (-1: none open)
     bool oov = false;     // the open word has left the LM's vocabulary (penalty applied)
+    NgramLm::Prefix lex;  // with an LM and !oov: the vocabulary words the open word begins
     // A prefix is one node whatever frame its last token came in; frame and log_prob are those
     // of the path that (re)entered the beam: a node dropped from the beam and reached again
     // later starts its token at the new frame.
     int last_live = -1;  // the last frame at which a kept hypothesis ended here
     int touched = -1;    // the last frame at which Child() returned it
+    // Step()'s merge table, kept in the node (no hashing): where the (node, blank) hypothesis
+    // of step `slot_step[blank]` sits in that step's list. Stale stamps never match.
+    uint32_t slot_step[2] = {0, 0};
+    int slot[2] = {0, 0};
   };
   // Peek's undo log: a node's fields before Peek changed them.
   struct Saved {
@@ -132,11 +139,11 @@ class CtcBeamDecoder {
   std::vector<Node> nodes_;
   absl::flat_hash_map<uint64_t, int> children_;  // (parent << 16 | label) -> node
   std::vector<Hyp> hyps_;
-  size_t compact_at_ = 0;                             // arena size that triggers the next Compact()
-  std::vector<Hyp> next_scratch_;                     // Step()'s, reused frame to frame
-  absl::flat_hash_map<uint64_t, int> index_scratch_;  // Step()'s, reused frame to frame
-  std::vector<Saved>* journal_ = nullptr;             // set during Peek
-  size_t journal_base_ = 0;                           // nodes below this are logged before a change
+  size_t compact_at_ = 0;                  // arena size that triggers the next Compact()
+  std::vector<Hyp> next_scratch_;          // Step()'s, reused frame to frame
+  uint32_t step_ = 0;                      // Step() calls, for the nodes' slot stamps
+  std::vector<Saved>* journal_ = nullptr;  // set during Peek
+  size_t journal_base_ = 0;                // nodes below this are logged before a change
   void Journal(int node);
 };
 
