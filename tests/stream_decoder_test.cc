@@ -80,7 +80,7 @@ TEST_F(StreamDecoderTest, TokensCarryAcrossWindowsAndInterimComesFromTheLookAhea
   std::vector<SessionResult> out;
   // Window 0: chunk "hh_e" (frames 0-3), look-ahead "ll" (interim only).
   auto [s0, r0] = Window(0, "hh_ell", 0, 4, 2, T(100));
-  d.DecodeWindow(s0, r0, T(130), &out);
+  ASSERT_TRUE(d.DecodeWindow(s0, r0, T(130), &out).ok());
   ASSERT_EQ(out.size(), 1u);
   EXPECT_FALSE(out[0].is_final);
   EXPECT_EQ(out[0].transcript, "hel");
@@ -93,7 +93,7 @@ TEST_F(StreamDecoderTest, TokensCarryAcrossWindowsAndInterimComesFromTheLookAhea
   // across windows), "ll" is one "l"; the look-ahead "l" after a blank is a second "l".
   auto [s1, r1] = Window(4, "hh_eell_l", 4, 4, 1, T(200));
   out.clear();
-  d.DecodeWindow(s1, r1, T(210), &out);
+  ASSERT_TRUE(d.DecodeWindow(s1, r1, T(210), &out).ok());
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].transcript, "hell");
   EXPECT_EQ(out[0].stability, 0.5f);
@@ -101,13 +101,13 @@ TEST_F(StreamDecoderTest, TokensCarryAcrossWindowsAndInterimComesFromTheLookAhea
   // sent twice.
   auto [s2, r2] = Window(8, "lo__", 0, 2, 2, T(300));
   out.clear();
-  d.DecodeWindow(s2, r2, T(300), &out);
+  ASSERT_TRUE(d.DecodeWindow(s2, r2, T(300), &out).ok());
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].transcript, "hello");
   EXPECT_EQ(out[0].stability, 0.9f);
   out.clear();
   auto [s3, r3] = Window(10, "____", 0, 2, 2, T(400));
-  d.DecodeWindow(s3, r3, T(400), &out);
+  ASSERT_TRUE(d.DecodeWindow(s3, r3, T(400), &out).ok());
   EXPECT_TRUE(out.empty());
   // Finish: the final has the words with their times (ms = frame x 20).
   d.EndUtterance(/*finish=*/true, 12, T(500), T(520), &out);
@@ -128,7 +128,7 @@ TEST_F(StreamDecoderTest, EndpointsSplitUtterances) {
   StreamDecoder d(model_->get(), /*endpoint_silence_frames=*/3, /*interim_results=*/false);
   std::vector<SessionResult> out;
   auto [s0, r0] = Window(0, "hi___yo__", 0, 9, 0, T(0));
-  d.DecodeWindow(s0, r0, T(5), &out);
+  ASSERT_TRUE(d.DecodeWindow(s0, r0, T(5), &out).ok());
   ASSERT_EQ(out.size(), 1u);  // no interim results asked for
   EXPECT_TRUE(out[0].is_final);
   EXPECT_EQ(out[0].transcript, "hi");
@@ -137,7 +137,7 @@ TEST_F(StreamDecoderTest, EndpointsSplitUtterances) {
   EXPECT_DOUBLE_EQ(out[0].audio_processed_s, 5 * 0.02);  // ended at the third blank
   auto [s1, r1] = Window(9, "_", 0, 1, 0, T(10));
   out.clear();
-  d.DecodeWindow(s1, r1, T(10), &out);
+  ASSERT_TRUE(d.DecodeWindow(s1, r1, T(10), &out).ok());
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].transcript, "yo");
   EXPECT_EQ(out[0].utterance_index, 1);
@@ -169,7 +169,7 @@ TEST_F(StreamDecoderTest, NoInterimForTheLastWindowBeforeAFlush) {
   std::vector<SessionResult> out;
   auto [s0, r0] = Window(0, "ok", 0, 2, 0, T(0));
   s0.before_flush = true;
-  d.DecodeWindow(s0, r0, T(0), &out);
+  ASSERT_TRUE(d.DecodeWindow(s0, r0, T(0), &out).ok());
   EXPECT_TRUE(out.empty());
   d.EndUtterance(false, 2, T(0), T(0), &out);
   ASSERT_EQ(out.size(), 1u);

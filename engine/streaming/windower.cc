@@ -146,9 +146,8 @@ bool Windower::Complete(int64_t seq, absl::StatusOr<WindowResult> result) {
 
 std::optional<WindowSlot> Windower::PopReady() {
   if (pipeline_.empty() || !pipeline_.begin()->second.ready) return std::nullopt;
-  WindowSlot slot = std::move(pipeline_.begin()->second.slot);
-  pipeline_.erase(pipeline_.begin());
-  return slot;
+  auto node = pipeline_.extract(pipeline_.begin());
+  return std::optional<WindowSlot>(std::move(node.mapped().slot));
 }
 
 void Windower::Clear() {
