@@ -77,18 +77,20 @@ grpc::ServerUnaryReactor* AsrService::ListModels(grpc::CallbackServerContext* co
                                                  const pb::ListModelsRequest* /*request*/,
                                                  pb::ListModelsResponse* response) {
   const ServerOptions& o = engine_->options();
-  pb::ModelInfo* m = response->add_models();
-  m->set_name(engine_->model_name());
-  m->set_language_code(engine_->language_code());
-  m->set_sample_rate_hertz(engine_->model_sample_rate_hz());
-  m->set_supports_streaming(true);
-  m->set_supports_offline(true);
-  m->set_is_default(true);
-  m->set_device(engine_->device_name());
-  m->set_chunk_ms(o.streaming.chunk_ms);
-  m->set_left_context_ms(o.streaming.left_context_ms);
-  m->set_right_context_ms(o.streaming.right_context_ms);
-  for (const std::string& label : engine_->model().config().labels) m->add_labels(label);
+  for (const auto& served : engine_->models()) {
+    pb::ModelInfo* m = response->add_models();
+    m->set_name(served->name);
+    m->set_language_code(engine_->language_code());
+    m->set_sample_rate_hertz(served->sample_rate_hz());
+    m->set_supports_streaming(true);
+    m->set_supports_offline(true);
+    m->set_is_default(served.get() == &engine_->default_model());
+    m->set_device(served->device_name);
+    m->set_chunk_ms(o.streaming.chunk_ms);
+    m->set_left_context_ms(o.streaming.left_context_ms);
+    m->set_right_context_ms(o.streaming.right_context_ms);
+    for (const std::string& label : served->model->config().labels) m->add_labels(label);
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -148,7 +148,7 @@ void JasperServer::Shutdown() {
   // Calls still open are cancelled at the deadline; unary calls already done return at once.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   TsanConsume(engine_->metrics());  // every call's last touch (~CallInterceptor) is done
-  engine_->scheduler()->Shutdown();
+  engine_->ShutdownSchedulers();
   spdlog::info("shutdown complete");
 }
 

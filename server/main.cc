@@ -36,7 +36,10 @@ ABSL_FLAG(std::string, model_dir, "",
                        jasper::kDefaultModelSearchPath, "."));
 ABSL_FLAG(std::string, model_name, "",
           "Name clients use in RecognitionConfig.model (default: model.json's name).");
-ABSL_FLAG(std::string, language_code, kDefaults.language_code, "BCP-47 language of the model.");
+ABSL_FLAG(std::vector<std::string>, extra_model_dirs, {},
+          "More model folders served beside --model_dir (the default), comma-separated; a "
+          "request picks one by its model field (the folder's model.json name).");
+ABSL_FLAG(std::string, language_code, kDefaults.language_code, "BCP-47 language of the models.");
 ABSL_FLAG(std::string, device, kDefaults.device, "auto, cpu or cuda.");
 ABSL_FLAG(std::string, gpu_precision, kDefaults.gpu_precision,
           "GPU activations and GEMM operands: fp32, fp16 or bf16 (FP32 accumulation).");
@@ -157,6 +160,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.model_name = absl::GetFlag(FLAGS_model_name);
+  options.extra_model_dirs = absl::GetFlag(FLAGS_extra_model_dirs);
   options.language_code = absl::GetFlag(FLAGS_language_code);
   options.device = absl::GetFlag(FLAGS_device);
   options.gpu_precision = absl::GetFlag(FLAGS_gpu_precision);

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/offline_call.h"
@@ -56,25 +57,33 @@ grpc::ServerUnaryReactor* RivaService::GetRivaSpeechRecognitionConfig(
     grpc::CallbackServerContext* context, const rasr::RivaSpeechRecognitionConfigRequest* request,
     rasr::RivaSpeechRecognitionConfigResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (!request->model_name().empty() && request->model_name() != engine_->model_name()) {
-    reactor->Finish(ToGrpcStatus(absl::NotFoundError(absl::StrCat(
-        "model '", request->model_name(), "' not found; served: '", engine_->model_name(), "'"))));
-    return reactor;
+  std::vector<const ServedModel*> listed;
+  if (request->model_name().empty()) {
+    for (const auto& served : engine_->models()) listed.push_back(served.get());
+  } else {
+    absl::StatusOr<const ServedModel*> served = engine_->FindModel(request->model_name());
+    if (!served.ok()) {
+      reactor->Finish(ToGrpcStatus(served.status()));
+      return reactor;
+    }
+    listed.push_back(*served);
   }
   const ServerOptions& o = engine_->options();
-  for (const char* type : {"online", "offline"}) {
-    rasr::RivaSpeechRecognitionConfigResponse::Config* config = response->add_model_config();
-    config->set_model_name(engine_->model_name());
-    auto& p = *config->mutable_parameters();
-    p["type"] = type;
-    p["language_code"] = engine_->language_code();
-    p["sample_rate"] = std::to_string(engine_->model_sample_rate_hz());
-    p["streaming"] = std::string(type) == "online" ? "true" : "false";
-    p["chunk_size_ms"] = std::to_string(o.streaming.chunk_ms);
-    p["left_padding_ms"] = std::to_string(o.streaming.left_context_ms);
-    p["right_padding_ms"] = std::to_string(o.streaming.right_context_ms);
-    p["decoder_type"] = o.decoder;  // greedy or beam (speech_contexts always use beam)
-    p["device"] = engine_->device_name();
+  for (const ServedModel* served : listed) {
+    for (const char* type : {"online", "offline"}) {
+      rasr::RivaSpeechRecognitionConfigResponse::Config* config = response->add_model_config();
+      config->set_model_name(served->name);
+      auto& p = *config->mutable_parameters();
+      p["type"] = type;
+      p["language_code"] = engine_->language_code();
+      p["sample_rate"] = std::to_string(served->sample_rate_hz());
+      p["streaming"] = std::string(type) == "online" ? "true" : "false";
+      p["chunk_size_ms"] = std::to_string(o.streaming.chunk_ms);
+      p["left_padding_ms"] = std::to_string(o.streaming.left_context_ms);
+      p["right_padding_ms"] = std::to_string(o.streaming.right_context_ms);
+      p["decoder_type"] = o.decoder;  // greedy or beam (speech_contexts always use beam)
+      p["device"] = served->device_name;
+    }
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -173,7 +174,30 @@ bool ServerMetrics::AddDeviceMemoryGauges(std::vector<const Backend*> backends) 
   return true;
 }
 
-void ServerMetrics::OnBatch(const BatchReport& report) {
+class ServerMetrics::ModelObserver final : public SchedulerObserver {
+ public:
+  ModelObserver(ServerMetrics* metrics, int first_replica, double feature_frame_s)
+      : metrics_(metrics), first_replica_(first_replica), feature_frame_s_(feature_frame_s) {}
+  void OnBatch(const BatchReport& report) override {
+    metrics_->RecordBatch(report, first_replica_, feature_frame_s_);
+  }
+  void OnRejected(const absl::Status& status) override { metrics_->OnRejected(status); }
+
+ private:
+  ServerMetrics* const metrics_;
+  const int first_replica_;
+  const double feature_frame_s_;
+};
+
+std::unique_ptr<SchedulerObserver> ServerMetrics::ObserverFor(int first_replica,
+                                                              double feature_frame_s) {
+  return std::make_unique<ModelObserver>(this, first_replica, feature_frame_s);
+}
+
+void ServerMetrics::OnBatch(const BatchReport& report) { RecordBatch(report, 0, feature_frame_s_); }
+
+void ServerMetrics::RecordBatch(const BatchReport& report, int first_replica,
+                                double feature_frame_s) {
   batches_->Increment();
   batch_size_->Observe(report.batch_size);
   const double compute_s = report.compute_ms / 1000.0;
@@ -181,12 +205,13 @@ void ServerMetrics::OnBatch(const BatchReport& report) {
   for (double q : report.queue_ms) queue_wait_s_->Observe(q / 1000.0);
   windows_ok_->Increment(report.batch_size - report.failed);
   windows_failed_->Increment(report.failed);
-  Counter* busy = report.replica >= 0 && report.replica < static_cast<int>(busy_by_replica_.size())
-                      ? busy_by_replica_[report.replica]
-                      : backend_busy_s_->WithLabels({std::to_string(report.replica)});
+  const int replica = first_replica + report.replica;
+  Counter* busy = replica >= 0 && replica < static_cast<int>(busy_by_replica_.size())
+                      ? busy_by_replica_[replica]
+                      : backend_busy_s_->WithLabels({std::to_string(replica)});
   busy->Increment(compute_s);
   backend_busy_total_s_->Increment(compute_s);
-  backend_audio_s_->Increment(static_cast<double>(report.valid_frames) * feature_frame_s_);
+  backend_audio_s_->Increment(static_cast<double>(report.valid_frames) * feature_frame_s);
 }
 
 void ServerMetrics::OnRejected(const absl::Status& status) {

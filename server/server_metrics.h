@@ -12,6 +12,7 @@
 #ifndef JASPER_SERVER_SERVER_METRICS_H_
 #define JASPER_SERVER_SERVER_METRICS_H_
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,9 +34,13 @@ class ServerMetrics final : public SchedulerObserver {
   MetricsRegistry* registry() { return &registry_; }
   std::string Render() const { return registry_.Render(); }
 
-  // SchedulerObserver.
+  // SchedulerObserver (one scheduler: replicas numbered from 0, frames of feature_frame_s).
   void OnBatch(const BatchReport& report) override;
   void OnRejected(const absl::Status& status) override;
+  // An observer for one of several schedulers (one per served model) sharing these metrics:
+  // its replica i is reported as replica first_replica + i, its frames last feature_frame_s.
+  // It forwards to this object, which must outlive it.
+  std::unique_ptr<SchedulerObserver> ObserverFor(int first_replica, double feature_frame_s);
 
   // A session produced a result; `latency_ms` is SessionResult::processing_latency_ms.
   void OnResult(bool streaming, bool is_final, double latency_ms);
@@ -68,6 +73,9 @@ class ServerMetrics final : public SchedulerObserver {
   static std::pair<std::string, std::string> MethodLabels(absl::string_view full_method);
 
  private:
+  class ModelObserver;
+  void RecordBatch(const BatchReport& report, int first_replica, double feature_frame_s);
+
   const double feature_frame_s_;
   MetricsRegistry registry_;
 

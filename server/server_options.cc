@@ -24,6 +24,12 @@ absl::Status CheckRange(const char* name, int64_t value, int64_t lo, int64_t hi)
 absl::Status ServerOptions::Validate() const {
   if (listen_address.empty()) return absl::InvalidArgumentError("listen_address is empty");
   if (model_dir.empty()) return absl::InvalidArgumentError("model_dir is empty");
+  if (extra_model_dirs.size() > 16) {
+    return absl::InvalidArgumentError("extra_model_dirs names more than 16 folders");
+  }
+  for (const std::string& dir : extra_model_dirs) {
+    if (dir.empty()) return absl::InvalidArgumentError("extra_model_dirs has an empty entry");
+  }
   if (device != "auto" && device != "cpu" && device != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("device = '", device, "' is not one of auto, cpu, cuda"));
@@ -80,8 +86,9 @@ int ServerOptions::ResolvedNumWorkers(bool cpu_backend, unsigned cores) const {
 
 std::string ServerOptions::ToString() const {
   std::string out;
-  absl::StrAppendFormat(&out, "listen_address=%s model_dir=%s model_name=%s language_code=%s\n",
-                        listen_address, model_dir, model_name, language_code);
+  absl::StrAppendFormat(
+      &out, "listen_address=%s model_dir=%s model_name=%s extra_model_dirs=%s language_code=%s\n",
+      listen_address, model_dir, model_name, absl::StrJoin(extra_model_dirs, ","), language_code);
   absl::StrAppendFormat(&out,
                         "device=%s gpu_precision=%s cuda_graphs=%s num_workers=%d cpu_threads=%d "
                         "warmup=%d\n",

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "engine/streaming/scheduler.h"
@@ -25,7 +26,14 @@ struct ServerOptions {
   // Name clients pass in RecognitionConfig.model; empty: model.json's name, else the folder's
   // base name.
   std::string model_name;
-  // BCP-47 language of the model. Requests naming another language get NOT_FOUND.
+  // More model folders served beside model_dir (the default), each under its model.json name
+  // (else its folder's base name); a request picks one by RecognitionConfig.model, and
+  // ListModels / GetRivaSpeechRecognitionConfig list them all. Each gets its own backend
+  // replicas (num_workers, cpu_threads, device as above) and scheduler; a folder's LM
+  // (model.json language_model) serves its beam searches (lm_file applies to model_dir only).
+  // Names must be distinct (INVALID_ARGUMENT at start). [0, 16] folders
+  std::vector<std::string> extra_model_dirs;
+  // BCP-47 language of the models. Requests naming another language get NOT_FOUND.
   std::string language_code = "en-US";
 
   // "auto" (CUDA when built and present, else CPU), "cpu" or "cuda".

@@ -3,11 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -16,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "engine/runtime/backend.h"
-#include "engine/runtime/backend_factory.h"
 #include "engine/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -74,97 +69,58 @@ absl::Status SetAudioFormat(int encoding, int sample_rate_hertz, int audio_chann
 
 absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const ServerOptions& options) {
   JASPER_RETURN_IF_ERROR(options.Validate());
-  absl::StatusOr<Device> device = ParseDevice(options.device);
-  if (!device.ok()) return device.status();
-
   std::unique_ptr<ServingEngine> engine(new ServingEngine());
   engine->options_ = options;
-  absl::StatusOr<std::shared_ptr<const Model>> model = Model::Load(options.model_dir);
-  if (!model.ok()) {
-    return absl::Status(
-        model.status().code(),
-        absl::StrCat("loading model from '", options.model_dir, "': ", model.status().message()));
-  }
-  engine->model_ = *std::move(model);
-  engine->model_name_ = options.model_name;
-  if (engine->model_name_.empty()) engine->model_name_ = engine->model_->config().name;
-  if (engine->model_name_.empty()) {
-    engine->model_name_ =
-        std::filesystem::path(options.model_dir).lexically_normal().filename().string();
-    if (engine->model_name_.empty()) {
-      engine->model_name_ =
-          std::filesystem::path(options.model_dir).lexically_normal().parent_path().filename();
-    }
-  }
-
-  if (!options.lm_file.empty()) {
-    absl::StatusOr<std::shared_ptr<const NgramLm>> lm;
-    if (absl::EndsWith(options.lm_file, ".arpa")) {
-      std::ifstream in(options.lm_file, std::ios::binary);
-      if (!in) return absl::NotFoundError(absl::StrCat("cannot read lm_file ", options.lm_file));
-      std::stringstream text;
-      text << in.rdbuf();
-      lm = NgramLm::FromArpa(text.str());
-    } else {
-      lm = NgramLm::LoadBinary(options.lm_file);
-    }
-    if (!lm.ok()) return lm.status();
-    engine->lm_ = *std::move(lm);
-  } else {
-    engine->lm_ = engine->model_->language_model();  // the model folder's, if it has one
-  }
-
-  BackendOptions backend_options;
-  backend_options.device = *device;
-  // Beam search (the server's default or a request's) reads every label's log-probability.
-  backend_options.keep_log_probs = true;
-  backend_options.cpu_threads = options.cpu_threads;
-  absl::StatusOr<kernels::Precision> precision = ParseGpuPrecision(options.gpu_precision);
-  if (!precision.ok()) return precision.status();
-  backend_options.gpu_precision = *precision;
-  backend_options.cuda_graphs = options.cuda_graphs;
-  backend_options.max_batch = options.scheduler.max_batch_size;
-  std::vector<std::unique_ptr<Backend>> replicas;
-  std::vector<const Backend*> backends;  // owned by the scheduler below; for the metrics
-  // The first replica tells which device "auto" chose; num_workers = 0 then means one replica
-  // per core on the CPU backend, one on CUDA.
-  int num_workers = std::max(1, options.num_workers);
-  for (int i = 0; i < num_workers; ++i) {
-    absl::StatusOr<std::unique_ptr<Backend>> backend =
-        CreateBackend(engine->model_, backend_options);
-    if (!backend.ok()) return backend.status();
-    if (i == 0) {
-      engine->device_name_ = (*backend)->name();
-      num_workers = options.ResolvedNumWorkers(absl::StartsWith(engine->device_name_, "cpu"),
-                                               std::thread::hardware_concurrency());
-    }
-    backends.push_back(backend->get());
-    replicas.push_back(*std::move(backend));
-  }
-  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
-      Scheduler::Create(std::move(replicas), options.scheduler);
-  if (!scheduler.ok()) return scheduler.status();
+  // Sessions of every model deliver on one executor; it must exist before any scheduler runs.
   engine->delivery_ = std::make_unique<SerialExecutor>();
-  engine->scheduler_ = *std::move(scheduler);
-  engine->metrics_ = std::make_unique<ServerMetrics>(
-      engine->model_->config().featurizer.window_stride_s, num_workers);
-  engine->scheduler_->SetObserver(engine->metrics_.get());
-  // GPU backends only; the scheduler keeps the backends until it is destroyed, after the
+  std::vector<std::string> dirs = {options.model_dir};
+  dirs.insert(dirs.end(), options.extra_model_dirs.begin(), options.extra_model_dirs.end());
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    // model_name and lm_file name the default model's; the others use their folders'.
+    absl::StatusOr<std::unique_ptr<ServedModel>> served = LoadServedModel(
+        dirs[i], i == 0 ? options.model_name : "", i == 0 ? options.lm_file : "", options);
+    if (!served.ok()) return served.status();
+    for (const auto& other : engine->models_) {
+      if (other->name == (*served)->name) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "two model folders are named '", other->name, "' (", other->dir, " and ", dirs[i],
+            "); give them distinct names in model.json (or --model_name for the default)"));
+      }
+    }
+    engine->models_.push_back(*std::move(served));
+  }
+
+  // One set of metrics for all models; replicas are numbered across them in folder order.
+  int replicas = 0;
+  std::vector<const Backend*> backends;
+  for (const auto& m : engine->models_) {
+    replicas += m->num_workers;
+    backends.insert(backends.end(), m->backends.begin(), m->backends.end());
+  }
+  engine->metrics_ =
+      std::make_unique<ServerMetrics>(engine->default_model().feature_frame_s(), replicas);
+  int first_replica = 0;
+  for (const auto& m : engine->models_) {
+    m->SetObserver(engine->metrics_->ObserverFor(first_replica, m->feature_frame_s()));
+    first_replica += m->num_workers;
+  }
+  // GPU backends only; the schedulers keep the backends until they are destroyed, after the
   // HTTP exporter (JasperServer) stops scraping.
   engine->metrics_->AddDeviceMemoryGauges(std::move(backends));
   {
     ServingEngine* e = engine.get();
     MetricsRegistry* r = engine->metrics_->registry();
-    r->AddCallbackGauge("jasper_scheduler_queue_depth", "Windows waiting in the scheduler queue.",
-                        {}, [e] {
-                          return std::vector<GaugeSample>{
-                              {{}, static_cast<double>(e->scheduler_->Stats().queue_depth)}};
-                        });
+    const auto sum_stats = [e](int64_t SchedulerStats::*field) {
+      int64_t total = 0;
+      for (const auto& m : e->models_) total += m->scheduler->Stats().*field;
+      return std::vector<GaugeSample>{{{}, static_cast<double>(total)}};
+    };
+    r->AddCallbackGauge("jasper_scheduler_queue_depth",
+                        "Windows waiting in the schedulers' queues (all models).", {},
+                        [sum_stats] { return sum_stats(&SchedulerStats::queue_depth); });
     r->AddCallbackGauge("jasper_scheduler_running_windows",
-                        "Windows in batches the backends are running now.", {}, [e] {
-                          return std::vector<GaugeSample>{
-                              {{}, static_cast<double>(e->scheduler_->Stats().running)}};
-                        });
+                        "Windows in batches the backends are running now (all models).", {},
+                        [sum_stats] { return sum_stats(&SchedulerStats::running); });
     r->AddCallbackGauge(
         "jasper_admitted_calls",
         "Recognition calls admitted now (streaming + offline, both APIs; the "
@@ -180,44 +136,72 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const Serve
     r->AddGauge("jasper_max_concurrent_streams", "The max_concurrent_streams limit.")
         ->Get()
         ->Set(options.max_concurrent_streams);
-    r->AddGauge("jasper_max_queued_windows", "The max_queued_windows limit.")
+    r->AddGauge("jasper_max_queued_windows", "The max_queued_windows limit (per model).")
         ->Get()
         ->Set(options.scheduler.max_queued_windows);
-    r->AddGauge("jasper_build_info", "Always 1; labels describe the served model and device.",
-                {"model", "device"})
-        ->WithLabels({engine->model_name_, engine->device_name_})
-        ->Set(1);
+    GaugeFamily* info =
+        r->AddGauge("jasper_build_info", "Always 1; one series per served model and its device.",
+                    {"model", "device"});
+    for (const auto& m : engine->models_) info->WithLabels({m->name, m->device_name})->Set(1);
   }
   engine->timers_ = std::make_unique<TimerQueue>();
 
-  // Window sizes must fit the model's encoder frame: check now rather than at the first call.
-  CallConfig probe;
-  probe.format.sample_rate_hz = engine->model_sample_rate_hz();
-  StreamSession::Callbacks callbacks;
-  callbacks.on_done = [](absl::Status) {};
-  absl::StatusOr<std::unique_ptr<StreamSession>> session =
-      engine->CreateSession(probe, /*streaming=*/true, std::move(callbacks));
-  if (!session.ok()) return session.status();
-  (*session)->Cancel();
-  spdlog::info("model '{}' from {} ({} labels, {} Hz) on device {}: {} worker(s){}{}",
-               engine->model_name_, options.model_dir, engine->model_->config().labels.size(),
-               engine->model_sample_rate_hz(), engine->device_name_, num_workers,
-               options.num_workers == 0 ? " (auto)" : "",
-               absl::StartsWith(engine->device_name_, "cpu")
-                   ? absl::StrCat(", ", backend_options.cpu_threads, " intra-op thread(s) each")
-                   : absl::StrCat(", ", options.gpu_precision));
+  for (const auto& m : engine->models_) {
+    // Window sizes must fit each model's encoder frame: check now rather than at the first call.
+    CallConfig probe;
+    probe.model = m->name;
+    probe.format.sample_rate_hz = m->sample_rate_hz();
+    StreamSession::Callbacks callbacks;
+    callbacks.on_done = [](absl::Status) {};
+    absl::StatusOr<std::unique_ptr<StreamSession>> session =
+        engine->CreateSession(probe, /*streaming=*/true, std::move(callbacks));
+    if (!session.ok()) return session.status();
+    (*session)->Cancel();
+    spdlog::info("model '{}'{} from {} ({} labels, {} Hz{}) on device {}: {} worker(s){}{}",
+                 m->name, m.get() == &engine->default_model() ? " (default)" : "", m->dir,
+                 m->model->config().labels.size(), m->sample_rate_hz(),
+                 m->lm != nullptr ? ", with an LM" : "", m->device_name, m->num_workers,
+                 options.num_workers == 0 ? " (auto)" : "",
+                 absl::StartsWith(m->device_name, "cpu")
+                     ? absl::StrCat(", ", options.cpu_threads, " intra-op thread(s) each")
+                     : absl::StrCat(", ", options.gpu_precision));
+  }
   return engine;
 }
 
 ServingEngine::~ServingEngine() {
-  if (scheduler_) scheduler_->Shutdown();
-  if (scheduler_) scheduler_->SetObserver(nullptr);
+  ShutdownSchedulers();
   timers_.reset();
-  scheduler_.reset();
-  delivery_.reset();  // after the scheduler's workers: runs what they posted
+  models_.clear();
+  delivery_.reset();  // after the schedulers' workers: runs what they posted
+}
+
+void ServingEngine::ShutdownSchedulers() {
+  for (const auto& m : models_) m->Shutdown();
+}
+
+absl::StatusOr<const ServedModel*> ServingEngine::FindModel(const std::string& name) const {
+  if (name.empty()) return models_.front().get();
+  std::string served;
+  for (const auto& m : models_) {
+    if (m->name == name) return m.get();
+    absl::StrAppend(&served, served.empty() ? "'" : ", '", m->name, "'");
+  }
+  return absl::NotFoundError(
+      absl::StrCat("model '", name, "' not found; this server serves ", served));
 }
 
 absl::Status ServingEngine::Warmup(double seconds, absl::Duration timeout) {
+  for (const auto& m : models_) {
+    if (absl::Status s = WarmupModel(*m, seconds, timeout); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("model '", m->name, "': ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServingEngine::WarmupModel(const ServedModel& served, double seconds,
+                                        absl::Duration timeout) {
   struct State {
     absl::Notification done;
     absl::Status status;
@@ -226,8 +210,9 @@ absl::Status ServingEngine::Warmup(double seconds, absl::Duration timeout) {
   };
   auto state = std::make_shared<State>();
   CallConfig config;
+  config.model = served.name;
   config.format.encoding = AudioEncoding::kLinearPcm16;
-  config.format.sample_rate_hz = model_sample_rate_hz();
+  config.format.sample_rate_hz = served.sample_rate_hz();
   StreamSession::Callbacks callbacks;
   callbacks.on_space_available = [state] {
     absl::MutexLock lock(&state->mu);
@@ -240,7 +225,7 @@ absl::Status ServingEngine::Warmup(double seconds, absl::Duration timeout) {
   absl::StatusOr<std::unique_ptr<StreamSession>> session =
       CreateSessionImpl(config, /*streaming=*/false, std::move(callbacks), /*observe=*/false);
   if (!session.ok()) return session.status();
-  const int samples = static_cast<int>(seconds * model_sample_rate_hz());
+  const int samples = static_cast<int>(seconds * served.sample_rate_hz());
   std::vector<uint8_t> bytes(2 * static_cast<size_t>(samples));
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> noise(-64, 64);
@@ -252,7 +237,7 @@ absl::Status ServingEngine::Warmup(double seconds, absl::Duration timeout) {
   // Push in pieces the session accepts, waiting for on_space_available when it is full (the
   // warm-up runs on main's thread before serving, so it may block).
   size_t pos = 0;
-  const size_t piece = 2 * static_cast<size_t>(model_sample_rate_hz()) / 10;
+  const size_t piece = 2 * static_cast<size_t>(served.sample_rate_hz()) / 10;
   const absl::Time deadline = absl::Now() + timeout;
   while (pos < bytes.size()) {
     {
@@ -360,10 +345,8 @@ bool ServingEngine::draining() const {
 
 absl::StatusOr<StreamingOptions> ServingEngine::SessionOptions(const CallConfig& config,
                                                                bool streaming) const {
-  if (!config.model.empty() && config.model != model_name_) {
-    return absl::NotFoundError(absl::StrCat("model '", config.model,
-                                            "' not found; this server serves '", model_name_, "'"));
-  }
+  absl::StatusOr<const ServedModel*> served = FindModel(config.model);
+  if (!served.ok()) return served.status();
   if (!config.language_code.empty()) {
     const std::string want = absl::AsciiStrToLower(config.language_code);
     const std::string have = absl::AsciiStrToLower(options_.language_code);
@@ -388,10 +371,10 @@ absl::StatusOr<StreamingOptions> ServingEngine::SessionOptions(const CallConfig&
   }
   options.decoder.beam = decoder == "beam" || !config.boost_phrases.empty();
   options.decoder.beam_options = options_.beam;
-  options.decoder.lm = lm_;
+  options.decoder.lm = (*served)->lm;
   if (!config.boost_phrases.empty()) {
-    absl::StatusOr<std::shared_ptr<const PhraseBoost>> boost =
-        PhraseBoost::Create(config.boost_phrases, model_->config().labels, options_.boost_limits);
+    absl::StatusOr<std::shared_ptr<const PhraseBoost>> boost = PhraseBoost::Create(
+        config.boost_phrases, (*served)->model->config().labels, options_.boost_limits);
     if (!boost.ok()) return boost.status();
     options.decoder.boost = *std::move(boost);
   }
@@ -408,6 +391,8 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ServingEngine::CreateSessionImpl(
     bool observe) const {
   absl::StatusOr<StreamingOptions> options = SessionOptions(config, streaming);
   if (!options.ok()) return options.status();
+  absl::StatusOr<const ServedModel*> served = FindModel(config.model);  // found just above
+  if (!served.ok()) return served.status();
   if (observe && metrics_ != nullptr) {
     // Results of one session arrive one at a time (the delivery executor), so the audio
     // covered so far needs no lock; the atomic only keeps the state safe to share.
@@ -424,8 +409,8 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ServingEngine::CreateSessionImpl(
       if (inner) inner(r);
     };
   }
-  return StreamSession::Create(model_, scheduler_.get(), delivery_.get(), *options, config.format,
-                               std::move(callbacks));
+  return StreamSession::Create((*served)->model, (*served)->scheduler.get(), delivery_.get(),
+                               *options, config.format, std::move(callbacks));
 }
 
 }  // namespace jasper::server

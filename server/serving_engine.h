@@ -1,7 +1,8 @@
-// ServingEngine: what both gRPC services share. The loaded model, the scheduler with its
-// backend replicas, admission control (max_concurrent_streams, draining), the timer thread, and
+// ServingEngine: what both gRPC services share. The served models (server/served_model.h: the
+// default from model_dir, then extra_model_dirs; each with its scheduler and backend replicas),
+// admission control (max_concurrent_streams over all models, draining), the timer thread, and
 // the translation of a call's configuration (CallConfig, filled by either API's adapter) into
-// a StreamSession.
+// a StreamSession on the model it names.
 //
 // Memory: when the last open call ends and no call comes for idle_memory_release_ms, the timer
 // thread returns the heap's free pages to the OS (glibc malloc_trim), so resident memory goes
@@ -12,7 +13,7 @@
 // backends it also exports their device memory (read at scrape time from the scheduler's
 // backends, so Render() must not outlive the scheduler: JasperServer stops its exporter first).
 //
-// Ownership: owns the model (shared), the scheduler (and through it the backends), the timer
+// Ownership: owns the served models (and through them the schedulers and backends), the timer
 // queue and the metrics. Outlives every call (JasperServer destroys the gRPC server first).
 // Thread-safety: thread-safe.
 #ifndef JASPER_SERVER_SERVING_ENGINE_H_
@@ -35,6 +36,7 @@
 #include "engine/streaming/scheduler.h"
 #include "engine/streaming/serial_executor.h"
 #include "engine/streaming/stream_session.h"
+#include "server/served_model.h"
 #include "server/server_metrics.h"
 #include "server/server_options.h"
 #include "server/timer_queue.h"
@@ -80,16 +82,19 @@ class CallTicket {
 
 class ServingEngine {
  public:
-  // Loads the model, creates one backend per worker (ResolvedNumWorkers: --num_workers, 0 = one
-  // per core on the CPU) on options.device, and the scheduler. Errors: invalid options, model load
-  // errors, device errors.
+  // Loads every model folder (LoadServedModel: backend replicas per model on options.device,
+  // a scheduler each). Errors: invalid options, model load errors, device errors, two folders
+  // under one name (INVALID_ARGUMENT).
   static absl::StatusOr<std::unique_ptr<ServingEngine>> Create(const ServerOptions& options);
-  // Stops the scheduler (runs what is queued) and the timers.
+  // Stops the schedulers (runs what is queued) and the timers.
   ~ServingEngine();
 
-  // Runs `seconds` of quiet noise through a session (features, batching, backend, decoding)
-  // and waits for its final result. Blocks: call it before serving, never from a reaction.
+  // Runs `seconds` of quiet noise through a session of each model (features, batching,
+  // backend, decoding) and waits for its final result. Blocks: call it before serving, never
+  // from a reaction.
   absl::Status Warmup(double seconds, absl::Duration timeout);
+  // Stops every model's scheduler: queued windows run, new ones are refused. Idempotent.
+  void ShutdownSchedulers();
 
   // Admits a call: UNAVAILABLE while draining, RESOURCE_EXHAUSTED when
   // max_concurrent_streams calls are open. `on_drain` (may be empty) runs once when draining
@@ -113,14 +118,18 @@ class ServingEngine {
   absl::StatusOr<std::unique_ptr<StreamSession>> CreateSession(
       const CallConfig& config, bool streaming, StreamSession::Callbacks callbacks) const;
 
+  // The model a request names (empty: the default); NOT_FOUND naming the served ones.
+  absl::StatusOr<const ServedModel*> FindModel(const std::string& name) const;
+  // Every served model, the default first; never empty.
+  const std::vector<std::unique_ptr<ServedModel>>& models() const { return models_; }
+  const ServedModel& default_model() const { return *models_.front(); }
+
   const ServerOptions& options() const { return options_; }
-  const std::string& model_name() const { return model_name_; }
+  // The default model's name.
+  const std::string& model_name() const { return default_model().name; }
   const std::string& language_code() const { return options_.language_code; }
-  const Model& model() const { return *model_; }
-  int model_sample_rate_hz() const { return model_->config().featurizer.sample_rate; }
-  // "cpu" or "cuda:N" (the first replica's).
-  const std::string& device_name() const { return device_name_; }
-  Scheduler* scheduler() const { return scheduler_.get(); }
+  // "cpu" or "cuda:N" (the default model's first replica's).
+  const std::string& device_name() const { return default_model().device_name; }
   ServerMetrics* metrics() const { return metrics_.get(); }
   TimerQueue* timers() const { return timers_.get(); }
 
@@ -130,22 +139,19 @@ class ServingEngine {
   void Release(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // Timer callback: releases free heap memory when no call came and went since `generation`.
   void MaybeReleaseIdleMemory(uint64_t generation) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status WarmupModel(const ServedModel& served, double seconds, absl::Duration timeout);
   // CreateSession; `observe` false keeps the session out of the metrics (warm-up).
   absl::StatusOr<std::unique_ptr<StreamSession>> CreateSessionImpl(
       const CallConfig& config, bool streaming, StreamSession::Callbacks callbacks,
       bool observe) const;
 
   ServerOptions options_;
-  std::shared_ptr<const Model> model_;
-  std::shared_ptr<const NgramLm> lm_;  // --lm, shared by every beam-search session; may be null
-  std::string model_name_;
-  std::string device_name_;
-  // Declared before the scheduler: it observes the scheduler, so it must be destroyed after.
+  // Declared before the models: it observes their schedulers, so it must be destroyed after.
   std::unique_ptr<ServerMetrics> metrics_;
-  // Sessions deliver their results on it. Declared before the scheduler: the scheduler's
-  // workers post to it until they are joined, so it is destroyed after them.
+  // Sessions deliver their results on it. Declared before the models: the schedulers' workers
+  // post to it until they are joined, so it is destroyed after them.
   std::unique_ptr<SerialExecutor> delivery_;
-  std::unique_ptr<Scheduler> scheduler_;
+  std::vector<std::unique_ptr<ServedModel>> models_;  // the default first
   std::unique_ptr<TimerQueue> timers_;
 
   mutable absl::Mutex mu_;

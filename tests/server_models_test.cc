@@ -1,0 +1,226 @@
+// Several models in one server (ServerOptions::extra_model_dirs), over loopback gRPC: each
+// request runs on the model its config names (the same transcript as a server that serves that
+// model alone), both APIs list every model, unknown names get NOT_FOUND naming the served ones,
+// the metrics number replicas across models, and bad folder lists fail at start.
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "jasper/asr/v1/asr.grpc.pb.h"
+#include "riva/proto/riva_asr.grpc.pb.h"
+#include "server/jasper_server.h"
+#include "tests/server_test_util.h"
+
+namespace jasper::server {
+namespace {
+
+namespace pb = ::jasper::asr::v1;
+namespace rasr = ::nvidia::riva::asr;
+namespace fs = std::filesystem;
+using ::jasper::test_util::AudioChunks;
+using ::jasper::test_util::DeadlineIn;
+using ::jasper::test_util::ReadFileBytes;
+using ::testing::HasSubstr;
+
+const fs::path kRoot = JASPER_SOURCE_DIR;
+const std::string kShipped = (kRoot / "models/quartznet_en_tts_small").string();
+const std::string kQuartz = (kRoot / "tests/fixtures/quartznet_small/model").string();
+const std::string kJasper = (kRoot / "tests/fixtures/jasper_dr_small/model").string();
+constexpr char kWav[] = "tests/fixtures/heldout/heldout_01.wav";
+
+// A started server and stubs on it.
+struct Running {
+  std::unique_ptr<JasperServer> server;
+  std::unique_ptr<pb::Asr::Stub> asr;
+  std::unique_ptr<rasr::RivaSpeechRecognition::Stub> riva;
+};
+
+ServerOptions Options(const std::string& model_dir, std::vector<std::string> extra = {}) {
+  ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.model_dir = model_dir;
+  o.extra_model_dirs = std::move(extra);
+  o.num_workers = 1;
+  o.warmup = false;
+  return o;
+}
+
+std::unique_ptr<Running> Start(const ServerOptions& options) {
+  auto server = JasperServer::Start(options);
+  EXPECT_TRUE(server.ok()) << server.status();
+  if (!server.ok()) return nullptr;
+  auto r = std::make_unique<Running>();
+  r->server = *std::move(server);
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", r->server->port()),
+                                     grpc::InsecureChannelCredentials());
+  r->asr = pb::Asr::NewStub(channel);
+  r->riva = rasr::RivaSpeechRecognition::NewStub(channel);
+  return r;
+}
+
+// The transcript of kWav offline on `model` ("" = the default), or "ERROR <code> <message>".
+std::string Recognize(pb::Asr::Stub* asr, const std::string& model) {
+  pb::RecognizeRequest request;
+  request.mutable_config()->set_model(model);
+  request.set_audio(ReadFileBytes(kRoot / kWav));
+  pb::RecognizeResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn());
+  const grpc::Status status = asr->Recognize(&context, request, &response);
+  if (!status.ok()) return absl::StrCat("ERROR ", status.error_code(), " ", status.error_message());
+  std::string text;
+  for (const auto& r : response.results()) text += r.alternatives(0).transcript();
+  return text;
+}
+
+// The final transcripts of kWav streamed on `model` through the Riva API.
+std::string StreamRiva(rasr::RivaSpeechRecognition::Stub* riva, const std::string& model) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn());
+  auto stream = riva->StreamingRecognize(&context);
+  rasr::StreamingRecognizeRequest config;
+  config.mutable_streaming_config()->mutable_config()->set_model(model);
+  config.mutable_streaming_config()->set_interim_results(true);
+  EXPECT_TRUE(stream->Write(config));
+  for (const std::string& chunk : AudioChunks(ReadFileBytes(kRoot / kWav))) {
+    rasr::StreamingRecognizeRequest audio;
+    audio.set_audio_content(chunk);
+    if (!stream->Write(audio)) break;
+  }
+  stream->WritesDone();
+  std::string text;
+  rasr::StreamingRecognizeResponse response;
+  while (stream->Read(&response)) {
+    for (const auto& r : response.results()) {
+      if (r.is_final() && r.alternatives_size() > 0) text += r.alternatives(0).transcript();
+    }
+  }
+  const grpc::Status status = stream->Finish();
+  if (!status.ok()) return absl::StrCat("ERROR ", status.error_code(), " ", status.error_message());
+  return text;
+}
+
+class ServerModelsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    multi_ = Start(Options(kShipped, {kQuartz, kJasper})).release();
+    ASSERT_NE(multi_, nullptr);
+  }
+  static void TearDownTestSuite() {
+    delete multi_;
+    multi_ = nullptr;
+  }
+  inline static Running* multi_ = nullptr;
+};
+
+TEST_F(ServerModelsTest, EachRequestRunsOnTheModelItNames) {
+  // What each model says when a server serves it alone.
+  for (const std::string& dir : {kShipped, kQuartz, kJasper}) {
+    std::unique_ptr<Running> alone = Start(Options(dir));
+    ASSERT_NE(alone, nullptr);
+    const std::string name = alone->server->engine()->model_name();
+    const std::string expected = Recognize(alone->asr.get(), "");
+    ASSERT_THAT(expected, ::testing::Not(HasSubstr("ERROR"))) << name;
+    EXPECT_EQ(Recognize(multi_->asr.get(), name), expected) << name;
+    EXPECT_EQ(StreamRiva(multi_->riva.get(), name), StreamRiva(alone->riva.get(), "")) << name;
+  }
+  // No name: the default (the first folder).
+  EXPECT_EQ(Recognize(multi_->asr.get(), ""),
+            Recognize(multi_->asr.get(), "quartznet_en_tts_small"));
+}
+
+TEST_F(ServerModelsTest, ModelsAreListedByBothApis) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn());
+  pb::ListModelsResponse models;
+  ASSERT_TRUE(multi_->asr->ListModels(&context, pb::ListModelsRequest(), &models).ok());
+  ASSERT_EQ(models.models_size(), 3);
+  EXPECT_EQ(models.models(0).name(), "quartznet_en_tts_small");
+  EXPECT_TRUE(models.models(0).is_default());
+  EXPECT_EQ(models.models(1).name(), "quartznet_small");
+  EXPECT_FALSE(models.models(1).is_default());
+  EXPECT_EQ(models.models(2).name(), "jasper_dr_small");
+  EXPECT_FALSE(models.models(2).is_default());
+  for (const auto& m : models.models()) EXPECT_EQ(m.labels_size(), 28) << m.name();
+
+  grpc::ClientContext all_context;
+  all_context.set_deadline(DeadlineIn());
+  rasr::RivaSpeechRecognitionConfigResponse all;
+  ASSERT_TRUE(multi_->riva
+                  ->GetRivaSpeechRecognitionConfig(&all_context,
+                                                   rasr::RivaSpeechRecognitionConfigRequest(), &all)
+                  .ok());
+  std::set<std::string> listed;
+  for (const auto& c : all.model_config()) {
+    listed.insert(absl::StrCat(c.model_name(), "/", c.parameters().at("type")));
+  }
+  EXPECT_EQ(listed, (std::set<std::string>{"quartznet_en_tts_small/online",
+                                           "quartznet_en_tts_small/offline",
+                                           "quartznet_small/online", "quartznet_small/offline",
+                                           "jasper_dr_small/online", "jasper_dr_small/offline"}));
+
+  grpc::ClientContext one_context;
+  one_context.set_deadline(DeadlineIn());
+  rasr::RivaSpeechRecognitionConfigRequest one_request;
+  one_request.set_model_name("jasper_dr_small");
+  rasr::RivaSpeechRecognitionConfigResponse one;
+  ASSERT_TRUE(multi_->riva->GetRivaSpeechRecognitionConfig(&one_context, one_request, &one).ok());
+  ASSERT_EQ(one.model_config_size(), 2);
+  for (const auto& c : one.model_config()) EXPECT_EQ(c.model_name(), "jasper_dr_small");
+}
+
+TEST_F(ServerModelsTest, UnknownModelIsNotFoundNamingTheServedOnes) {
+  const std::string out = Recognize(multi_->asr.get(), "nope");
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("ERROR ", grpc::StatusCode::NOT_FOUND)));
+  EXPECT_THAT(out, HasSubstr("'quartznet_en_tts_small', 'quartznet_small', 'jasper_dr_small'"));
+  EXPECT_THAT(StreamRiva(multi_->riva.get(), "nope"),
+              HasSubstr(absl::StrCat("ERROR ", grpc::StatusCode::NOT_FOUND)));
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn());
+  rasr::RivaSpeechRecognitionConfigRequest request;
+  request.set_model_name("nope");
+  rasr::RivaSpeechRecognitionConfigResponse response;
+  EXPECT_EQ(multi_->riva->GetRivaSpeechRecognitionConfig(&context, request, &response).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(ServerModelsTest, MetricsNumberReplicasAcrossModels) {
+  ASSERT_THAT(Recognize(multi_->asr.get(), "jasper_dr_small"), ::testing::Not(HasSubstr("ERROR")));
+  const std::string text = multi_->server->engine()->metrics()->Render();
+  for (const char* name : {"quartznet_en_tts_small", "quartznet_small", "jasper_dr_small"}) {
+    EXPECT_THAT(
+        text, HasSubstr(absl::StrCat("jasper_build_info{model=\"", name, "\",device=\"cpu\"} 1")));
+  }
+  EXPECT_THAT(text, HasSubstr("jasper_backend_replicas 3"));
+  // One worker per model: jasper_dr_small's replica is number 2.
+  EXPECT_THAT(text, HasSubstr("jasper_backend_busy_seconds_total{replica=\"2\"}"));
+  EXPECT_THAT(text,
+              ::testing::Not(HasSubstr("jasper_backend_busy_seconds_total{replica=\"2\"} 0\n")));
+}
+
+TEST(ServerModelsStartTest, BadFolderListsFailAtStart) {
+  // The same folder twice: one name for two models.
+  auto twice = JasperServer::Start(Options(kQuartz, {kQuartz}));
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(twice.status().message()), HasSubstr("'quartznet_small'"));
+  // A folder that is not a model: the error names it.
+  auto missing = JasperServer::Start(Options(kQuartz, {"/nonexistent/model"}));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("/nonexistent/model"));
+  // An empty entry, and more than 16.
+  EXPECT_EQ(JasperServer::Start(Options(kQuartz, {""})).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      JasperServer::Start(Options(kQuartz, std::vector<std::string>(17, kJasper))).status().code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace jasper::server
