@@ -112,7 +112,9 @@ class Featurizer(nn.Module):
     self.register_buffer("fb", torch.from_numpy(slaney_mel_fb()), persistent=False)
 
   @torch.no_grad()
-  def forward(self, audio, lengths):
+  def forward(self, audio, lengths, warp=None):
+    """warp: optional [B] vocal-tract-length factors (VTLP, training only): the power spectrum
+    of utterance b is read at frequency bin f * warp[b] (linear interpolation, clamped)."""
     seq_len = torch.div(lengths, self.hop, rounding_mode="floor")
     x = audio
     if self.training and self.dither > 0:
@@ -124,6 +126,15 @@ class Featurizer(nn.Module):
                       window=self.window, center=True, pad_mode="constant", return_complex=True)
     spec = torch.view_as_real(spec)
     mag = torch.sqrt(spec.pow(2).sum(-1)).pow(2.0)
+    if warp is not None:
+      nf = mag.shape[1]
+      src = (torch.arange(nf, device=x.device)[None, :] * warp[:, None]).clamp(max=nf - 1)
+      lo = src.floor().long()
+      hi = (lo + 1).clamp(max=nf - 1)
+      w = (src - lo)[:, :, None]
+      T = mag.shape[2]
+      mag = (torch.gather(mag, 1, lo[:, :, None].expand(-1, -1, T)) * (1 - w) +
+             torch.gather(mag, 1, hi[:, :, None].expand(-1, -1, T)) * w)
     mel = torch.matmul(self.fb, mag)
     mel = torch.log(mel + 2 ** -24)
     # per-feature normalization over valid frames
