@@ -2,9 +2,10 @@
 """Exports a tools/train_quartznet.py checkpoint to a jasper-serve model folder.
 
 Writes <out>/model.json (docs/MODEL_FORMAT.md schema, NeMo key names, the same layout
-tools/nemo_to_model.py produces) and <out>/model.safetensors (F32, NeMo tensor names, batch-norm
-statistics unfused, num_batches_tracked dropped). Also loads the folder back into PyTorch and
-checks the round trip.
+tools/nemo_to_model.py produces) and <out>/model.safetensors (F32, or F16 with --dtype f16: half
+the file, converted to FP32 at load; NeMo tensor names, batch-norm statistics unfused,
+num_batches_tracked dropped). Also loads the folder back into PyTorch and checks the round trip
+(exact: against the checkpoint's weights as stored, i.e. rounded to F16 for --dtype f16).
 
   python tools/export_model.py --ckpt tools/.work/run1/ckpt.pt --out models/quartznet_en_tts_small
 """
@@ -71,6 +72,8 @@ def main():
   ap.add_argument("--ckpt", default=os.path.join(HERE, ".work", "run1", "ckpt.pt"))
   ap.add_argument("--out", default=os.path.join(HERE, "..", "models", "quartznet_en_tts_small"))
   ap.add_argument("--name", default=None)
+  ap.add_argument("--dtype", choices=("f32", "f16"), default="f32",
+                  help="storage of model.safetensors (f16: half the size)")
   args = ap.parse_args()
   d = torch.load(args.ckpt, map_location="cpu", weights_only=False)
   name = args.name or os.path.basename(os.path.normpath(args.out))
@@ -83,7 +86,11 @@ def main():
   os.makedirs(args.out, exist_ok=True)
   meta = {"format": "pt", "producer": "jasper-serve tools/export_model.py",
           "stft_mode": PREPROCESSOR["stft_mode"], "train_step": str(d["state"]["step"])}
-  write_safetensors(os.path.join(args.out, "model.safetensors"), tensors, meta)
+  write_safetensors(os.path.join(args.out, "model.safetensors"), tensors, meta,
+                    dtype=args.dtype.upper())
+  if args.dtype == "f16":  # the reference for the round trip: the weights as stored
+    m.load_state_dict({k: v.half().float() if v.is_floating_point() else v
+                       for k, v in m.state_dict().items()})
   with open(os.path.join(args.out, "model.json"), "w") as f:
     f.write(json.dumps(model_json(name, d["blocks"]), indent=2) + "\n")
   # round trip

@@ -84,6 +84,8 @@ def main():
     ap.add_argument("--arch", choices=("quartznet15x5", "small"), default="quartznet15x5")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--dtype", choices=("f32", "f16"), default="f32",
+                    help="storage of model.safetensors")
     args = ap.parse_args()
     blocks = quartznet15x5_blocks() if args.arch == "quartznet15x5" else small_blocks()
     # The shipped model's featurizer and vocabulary; only the name and architecture change.
@@ -91,6 +93,7 @@ def main():
         config = json.load(f)
     name = f"{args.arch}-random"
     config["name"] = name
+    config.pop("language_model", None)  # the shipped model's LM file is not copied
     config["encoder"]["jasper"] = [dict(b, residual_mode="add", se=False, groups=1) for b in blocks]
     config["decoder"]["feat_in"] = blocks[-1]["filters"]
     feat_in = config["encoder"]["feat_in"]
@@ -99,7 +102,8 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     write_safetensors(os.path.join(args.out, "model.safetensors"), tensors,
                       {"format": "pt", "producer": "jasper-serve tools/make_random_model.py",
-                       "note": "random weights, for timing only"})
+                       "note": "random weights, for timing only"},
+                      dtype=args.dtype.upper())
     with open(os.path.join(args.out, "model.json"), "w") as f:
         f.write(json.dumps(config, indent=2) + "\n")
     n = sum(v.size for v in tensors.values())

@@ -1,6 +1,7 @@
-"""Safetensors files in F32 with numpy only (no torch, no PyYAML): the writer and reader of
-tools/export_model.py and tools/make_random_model.py (the same byte layout as the converter's,
-tools/nemo_to_model.py: header padded so the data is 8-byte aligned)."""
+"""Safetensors files in F32 or F16 with numpy only (no torch, no PyYAML): the writer and reader
+of tools/export_model.py and tools/make_random_model.py (the same byte layout as the
+converter's, tools/nemo_to_model.py: header padded so the data is 8-byte aligned). F16 halves the
+file; the C++ loader converts it to FP32 before folding (docs/MODEL_FORMAT.md, "Dtypes")."""
 import collections
 import json
 import os
@@ -9,14 +10,24 @@ import struct
 import numpy as np
 
 
-def write_safetensors(path, tensors, metadata=None):
+_DTYPES = {"F32": "<f4", "F16": "<f2"}
+
+
+def write_safetensors(path, tensors, metadata=None, dtype="F32"):
+  """Writes float tensors as `dtype` (F32 or F16). F16: every value must stay finite."""
+  if dtype not in _DTYPES:
+    raise ValueError(f"dtype {dtype!r} is not one of {sorted(_DTYPES)}")
   header = collections.OrderedDict()
   if metadata:
     header["__metadata__"] = {str(k): str(v) for k, v in sorted(metadata.items())}
   blobs, off = [], 0
   for name in sorted(tensors):
-    data = np.ascontiguousarray(tensors[name], dtype="<f4").tobytes()
-    header[name] = {"dtype": "F32", "shape": list(tensors[name].shape),
+    with np.errstate(over="ignore"):
+      values = np.ascontiguousarray(tensors[name], dtype=_DTYPES[dtype])
+    if not np.all(np.isfinite(values)):
+      raise ValueError(f"{name}: values not finite in {dtype}")
+    data = values.tobytes()
+    header[name] = {"dtype": dtype, "shape": list(tensors[name].shape),
                     "data_offsets": [off, off + len(data)]}
     blobs.append(data)
     off += len(data)
@@ -29,14 +40,16 @@ def write_safetensors(path, tensors, metadata=None):
 
 
 def read_safetensors(path):
-  raw = open(path, "rb").read()
+  with open(path, "rb") as f:
+    raw = f.read()
   (n,) = struct.unpack("<Q", raw[:8])
   header = json.loads(raw[8:8 + n])
   header.pop("__metadata__", None)
   data = raw[8 + n:]
   out = {}
   for name, e in header.items():
-    assert e["dtype"] == "F32", (name, e["dtype"])
+    assert e["dtype"] in _DTYPES, (name, e["dtype"])
     b, end = e["data_offsets"]
-    out[name] = np.frombuffer(data[b:end], dtype="<f4").reshape(e["shape"]).copy()
+    raw_values = np.frombuffer(data[b:end], dtype=_DTYPES[e["dtype"]])
+    out[name] = raw_values.astype(np.float32).reshape(e["shape"])
   return out
