@@ -6,7 +6,8 @@
 #   fuzz   clang/libFuzzer build in build-fuzz, each fuzz target run for FUZZ_SECONDS (25) on
 #          its committed corpus (a crash fails the run; reproducers land in build-fuzz/artifacts)
 #   asan   ASan+UBSan build in build-asan, the whole CTest suite
-#   tsan   TSan build in build-tsan: scheduler, stream-session, CPU thread pool and server tests
+#   tsan   TSan build in build-tsan: scheduler, stream-session, CPU thread pool, server and
+#          multi-model server tests
 # Sanitizer builds skip CUDA and build only what their tests need. Each stage's time is printed
 # at the end. JOBS (default: nproc) bounds build parallelism.
 set -euo pipefail
@@ -81,19 +82,20 @@ asan_stage() {
     ctest --test-dir build-asan --output-on-failure -j "$(nproc)" --timeout 1800
 }
 
-TSAN_TESTS=(scheduler_test stream_session_test stream_session_window_test cpu_threads_test server_test)
+TSAN_TESTS=(scheduler_test stream_session_test stream_session_window_test cpu_threads_test server_test
+  server_models_test)
 tsan_stage() {
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DJASPER_CUDA=OFF \
     -DJASPER_SANITIZE=thread >/dev/null
   cmake --build build-tsan -j "$JOBS" --target "${TSAN_TESTS[@]}"
   # One process per suite; any TSan report makes the process exit non-zero (exitcode=66).
-  # server_test needs the suppressions for Debian's uninstrumented gRPC/protobuf (tests/).
+  # The server tests need the suppressions for Debian's uninstrumented gRPC/protobuf (tests/).
   # history_size=7 keeps the previous access's stack restorable in long runs: a report whose
   # earlier stack is lost ("failed to restore the stack") cannot match a suppression.
   local t supp
   for t in "${TSAN_TESTS[@]}"; do
     supp=""
-    [ "$t" = server_test ] && supp="suppressions=$PWD/tests/server_test.tsan.supp"
+    case "$t" in server_*) supp="suppressions=$PWD/tests/server_test.tsan.supp" ;; esac
     echo "--- $t under TSan ---" >&2
     TSAN_OPTIONS="second_deadlock_stack=1 history_size=7 $supp ${TSAN_OPTIONS:-}" \
       "build-tsan/tests/$t" --gtest_brief=1
