@@ -120,7 +120,9 @@ ABSL_FLAG(double, lm_weight, kDefaults.beam.lm_weight,
 ABSL_FLAG(double, word_bonus, kDefaults.beam.word_bonus,
           "Beam search: score per word, with an LM. [-20, 20]");
 ABSL_FLAG(std::string, lm, "",
-          "Beam search: word n-gram LM, ARPA (*.arpa) or binary (tools/build_lm.py). Empty: none.");
+          "Beam search: word n-gram LM of the default model, ARPA (*.arpa) or binary "
+          "(tools/build_lm.py). Empty: the model folder's (model.json language_model), if "
+          "any; none: no LM.");
 ABSL_FLAG(int, max_boost_phrases, kDefaults.boost_limits.max_phrases,
           "speech_contexts phrases per call (more: INVALID_ARGUMENT).");
 ABSL_FLAG(int, max_boost_phrase_chars, kDefaults.boost_limits.max_phrase_chars,

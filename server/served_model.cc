@@ -57,7 +57,9 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
     served->name = path.filename().string();
     if (served->name.empty()) served->name = path.parent_path().filename().string();
   }
-  if (!lm_file.empty()) {
+  if (lm_file == "none") {
+    served->lm = nullptr;
+  } else if (!lm_file.empty()) {
     absl::StatusOr<std::shared_ptr<const NgramLm>> lm = LoadLm(lm_file);
     if (!lm.ok()) return lm.status();
     served->lm = *std::move(lm);

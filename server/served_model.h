@@ -45,7 +45,8 @@ struct ServedModel {
 };
 
 // Loads the folder `dir`: the model, its LM (`lm_file` when not empty, ARPA text for *.arpa or
-// the binary form; else the folder's model.json language_model, if any), backend replicas on
+// the binary form; "none": no LM; empty: the folder's model.json language_model, if any),
+// backend replicas on
 // options.device (options.num_workers; 0: one per core on the CPU, one on CUDA), and a
 // scheduler with options.scheduler. `name` empty: model.json's name, else the folder's base
 // name. Errors: the model's, the LM's and the device's, naming the folder or file.

@@ -105,7 +105,8 @@ struct ServerOptions {
   // (boosted phrases) is always decoded with beam search.
   std::string decoder = "greedy";
   BeamOptions beam;  // beam_width, lm_weight, word_bonus, pruning
-  // A word n-gram LM for beam search: ARPA text (*.arpa) or the binary form; empty: none.
+  // The default model's word n-gram LM for beam search: ARPA text (*.arpa) or the binary form;
+  // "none": no LM; empty: the model folder's (model.json language_model), if any.
   std::string lm_file;
   // Per-request boosting limits; beyond them the call fails with INVALID_ARGUMENT.
   PhraseBoostLimits boost_limits;

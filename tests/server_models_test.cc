@@ -204,6 +204,21 @@ TEST_F(ServerModelsTest, MetricsNumberReplicasAcrossModels) {
               ::testing::Not(HasSubstr("jasper_backend_busy_seconds_total{replica=\"2\"} 0\n")));
 }
 
+TEST(ServerModelsStartTest, EachModelHasItsFoldersLmAndLmFileOverridesTheDefaults) {
+  auto both = JasperServer::Start(Options(kShipped, {kQuartz}));
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_NE((*both)->engine()->models()[0]->lm, nullptr);  // the shipped folder's lm.bin
+  EXPECT_EQ((*both)->engine()->models()[1]->lm, nullptr);  // the fixture declares none
+  ServerOptions none = Options(kShipped);
+  none.lm_file = "none";
+  auto without = JasperServer::Start(none);
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_EQ((*without)->engine()->default_model().lm, nullptr);
+  ServerOptions missing = Options(kShipped);
+  missing.lm_file = "/nonexistent/lm.bin";
+  EXPECT_EQ(JasperServer::Start(missing).status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST(ServerModelsStartTest, BadFolderListsFailAtStart) {
   // The same folder twice: one name for two models.
   auto twice = JasperServer::Start(Options(kQuartz, {kQuartz}));
