@@ -34,6 +34,9 @@ absl::Status BeamOptions::Validate() const {
   if (!(lm_weight >= 0 && lm_weight <= 10)) return bad("lm_weight", "[0, 10]");
   if (!(word_bonus >= -20 && word_bonus <= 20)) return bad("word_bonus", "[-20, 20]");
   if (!(prune_log_prob > 0 && prune_log_prob <= 100)) return bad("prune_log_prob", "(0, 100]");
+  if (!(beam_prune_log_prob > 0 && beam_prune_log_prob <= 1000)) {
+    return bad("beam_prune_log_prob", "(0, 1000]");
+  }
   if (!(oov_penalty >= -100 && oov_penalty <= 0)) return bad("oov_penalty", "[-100, 0]");
   if (max_nodes < 1024) return bad("max_nodes", "[1024, ...)");
   return absl::OkStatus();
@@ -152,17 +155,21 @@ void CtcBeamDecoder::Step(const float* lp, int vocab, int frame, std::vector<Hyp
       add(Child(h.node, c, frame, lp[c]), false, h.acoustic + lp[c]);
     }
   }
-  const auto score = [&](const Hyp& h) { return h.acoustic + nodes_[h.node].static_score; };
-  const auto better = [&](const Hyp& a, const Hyp& b) {
-    const float sa = score(a), sb = score(b);
-    if (sa != sb) return sa > sb;
+  for (Hyp& h : next) h.score = h.acoustic + nodes_[h.node].static_score;
+  const auto better = [](const Hyp& a, const Hyp& b) {
+    if (a.score != b.score) return a.score > b.score;
     if (a.node != b.node) return a.node < b.node;  // deterministic ties
     return a.blank && !b.blank;
   };
   const size_t keep = std::min(next.size(), static_cast<size_t>(options_.beam_width));
   std::partial_sort(next.begin(), next.begin() + static_cast<std::ptrdiff_t>(keep), next.end(),
                     better);
-  next.resize(keep);
+  size_t kept = keep;
+  if (kept > 0) {
+    const float cut = next.front().score - options_.beam_prune_log_prob;
+    while (kept > 1 && next[kept - 1].score < cut) --kept;
+  }
+  next.resize(kept);
   for (const Hyp& h : next) {
     if (nodes_[h.node].last_live != frame) {
       Journal(h.node);

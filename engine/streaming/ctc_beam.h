@@ -9,7 +9,8 @@
 // path, so the tokens equal GreedyCtcDecoder's exactly (ids, frames, log-probs). Scores:
 //   acoustic (natural log) + lm_weight * ln P_LM(words) + word_bonus * words + boost
 // (the word bonus applies with an LM only: it balances the LM's per-word cost).
-// Candidate characters per frame: those within prune_log_prob of the frame's best.
+// Candidate characters per frame: those within prune_log_prob of the frame's best; hypotheses
+// kept: at most beam_width, within beam_prune_log_prob of the best.
 //
 // Memory: prefixes live in an arena of nodes (parent, label, frame); nodes no hypothesis reaches
 // are dropped when the arena passes max_nodes, so a stream's memory stays bounded by
@@ -38,6 +39,9 @@ struct BeamOptions {
   float lm_weight = 0.5f;        // [0, 10]; multiplies the LM's natural-log probability
   float word_bonus = 1.0f;       // [-20, 20]; per completed word
   float prune_log_prob = 10.0f;  // (0, 100]; characters this far below the frame's best drop
+  // (0, 1000]; hypotheses scoring this far below the frame's best hypothesis drop (besides the
+  // beam_width cap): in peaky CTC output most of the beam is far behind after a blank frame.
+  float beam_prune_log_prob = 10.0f;
   // With an LM: added once to a hypothesis whose current word stops being a prefix of any LM
   // word (an out-of-vocabulary spelling), so OOV letters cannot run words together to save
   // word-boundary LM costs. Natural-log units (pyctcdecode's unk_score_offset). [-100, 0]
@@ -119,6 +123,7 @@ class CtcBeamDecoder {
     int node = 0;
     bool blank = true;   // the last frame was blank (or nothing yet)
     float acoustic = 0;  // log-sum of the merged paths
+    float score = 0;     // acoustic + the node's static score (Step() sets it before sorting)
   };
 
   int Child(int parent, int label, int frame, float log_prob);
