@@ -249,6 +249,30 @@ TEST(CtcBeamTest, OptionsAreValidated) {
   o = BeamOptions();
   o.prune_log_prob = 0;
   EXPECT_FALSE(o.Validate().ok());
+  o = BeamOptions();
+  o.beam_prune_log_prob = NAN;
+  EXPECT_NE(o.Validate().message().find("beam_prune_log_prob"), std::string::npos);
+}
+
+// Hypotheses more than beam_prune_log_prob below the best are dropped, whatever beam_width
+// allows; the best path is the same.
+TEST(CtcBeamTest, FarHypothesesArePruned) {
+  const std::vector<float> lp = Frames({{{'a', 0.90f}, {'b', 0.02f}, {'_', 0.07f}}});
+  const std::vector<std::string> labels = Labels();
+  BeamOptions wide;
+  wide.beam_width = 64;
+  wide.prune_log_prob = 100;  // every character is tried
+  wide.beam_prune_log_prob = 1000;
+  BeamOptions tight = wide;
+  tight.beam_prune_log_prob = 4;  // keeps a (ln 0.9), blank (-2.6 below) and b (-3.8 below)
+  CtcBeamDecoder all(&labels, kBlank, wide, nullptr, nullptr);
+  CtcBeamDecoder pruned(&labels, kBlank, tight, nullptr, nullptr);
+  all.Feed(lp.data(), 1, kVocab, 0);
+  pruned.Feed(lp.data(), 1, kVocab, 0);
+  EXPECT_EQ(all.num_hypotheses(), kVocab);  // every label, blank included
+  EXPECT_EQ(pruned.num_hypotheses(), 3);
+  EXPECT_EQ(Text(pruned.Best()), "a");
+  EXPECT_EQ(Text(all.Best()), "a");
 }
 
 }  // namespace
