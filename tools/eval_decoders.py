@@ -47,6 +47,12 @@ def sets(work):
     tsv = os.path.join(ROOT, "tests/fixtures/heldout/transcripts.tsv")
     rows = list(csv.reader(open(tsv), delimiter="\t"))
     out["fixture_heldout"] = [(os.path.join(ROOT, "tests/fixtures/heldout", f), r) for f, r in rows]
+    # An unseen natural voice (Piper en_US-joe-medium, held-out sentences;
+    # tools/make_piper_testset.py).
+    piper = os.path.join(ROOT, "tests/fixtures/piper_heldout")
+    with open(os.path.join(piper, "transcripts.tsv")) as f:
+        out["piper_heldout"] = [(os.path.join(piper, name), ref)
+                                for name, ref in csv.reader(f, delimiter="\t")]
     base = "/usr/share/pocketsphinx/test/data"
     for sub, tr in (("librivox", "librivox/transcription"), ("cards", "cards/cards.transcription")):
         path = os.path.join(base, tr)
@@ -139,6 +145,7 @@ def main():
     ap.add_argument("--decoders", default="greedy,beam-nolm,beam")
     ap.add_argument("--whisper-python", help="a Python with PyPI faster-whisper installed")
     ap.add_argument("--whisper-model", help="Whisper base in CTranslate2 format (a folder)")
+    ap.add_argument("--sets", help="comma-separated set names (default: every one installed)")
     args = ap.parse_args()
     decoders = {"greedy": ["--decoder=greedy"], "beam-nolm": ["--decoder=beam", "--lm=none"],
                 "beam": ["--decoder=beam"]}
@@ -149,6 +156,8 @@ def main():
         columns.append("whisper-base")
     with tempfile.TemporaryDirectory() as work:
         data = sets(work)
+        if args.sets:
+            data = {k: v for k, v in data.items() if k in args.sets.split(",")}
         print("| set | files | words | " + " | ".join(columns) + " |")
         print("|---|---|---|" + "---|" * len(columns))
         for name, items in data.items():
