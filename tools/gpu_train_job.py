@@ -59,13 +59,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import make_speech_data as msd  # noqa: E402
+from make_random_model import blk  # noqa: E402  (a block config in NeMo's keys)
 from pack_speech_data import SR, Sndfile, fft_resample, read_shard, shard_prefixes  # noqa: E402
-
-
-def blk(filters, repeat, k, stride=1, dil=1, residual=True, separable=True):
-  return {"filters": filters, "repeat": repeat, "kernel": [k], "stride": [stride],
-          "dilation": [dil], "dropout": 0.0, "residual": residual, "separable": separable,
-          "residual_dense": False}
 
 
 # NeMo's QuartzNet 5x5 (C1 256, B1-B2 256, B3-B5 512, C2 512, C3 1024: 6.7 M parameters) with
