@@ -121,7 +121,7 @@ std::string ServerOptions::ToString() const {
                         "\ndecoding: decoder=%s beam_width=%d lm_weight=%.3f word_bonus=%.3f "
                         "lm=%s max_boost_phrases=%d max_boost_phrase_chars=%d max_abs_boost=%.1f",
                         decoder, beam.beam_width, beam.lm_weight, beam.word_bonus,
-                        lm_file.empty() ? "(none)" : lm_file, boost_limits.max_phrases,
+                        lm_file.empty() ? "(model folder's)" : lm_file, boost_limits.max_phrases,
                         boost_limits.max_phrase_chars, boost_limits.max_abs_boost);
   return out;
 }
