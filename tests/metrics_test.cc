@@ -195,6 +195,31 @@ TEST(SchedulerObserverTest, BatchesQueueWaitAndRejectionsReachTheMetrics) {
   EXPECT_GT(MetricValue(text, "jasper_backend_busy_seconds_total{replica=\"0\"}"), 0);
 }
 
+// One scheduler per served model: ObserverFor numbers replicas across models and converts
+// frames with each model's hop.
+TEST(SchedulerObserverTest, ObserversForSeveralModelsShareTheMetrics) {
+  ServerMetrics metrics(/*feature_frame_s=*/0.01, /*replicas=*/3);
+  std::unique_ptr<SchedulerObserver> first = metrics.ObserverFor(0, 0.01);
+  std::unique_ptr<SchedulerObserver> second = metrics.ObserverFor(2, 0.02);
+  BatchReport report;
+  report.replica = 0;
+  report.batch_size = 1;
+  report.compute_ms = 500;
+  report.valid_frames = 100;
+  report.queue_ms = {1.0};
+  first->OnBatch(report);   // replica 0, 1 s of audio
+  second->OnBatch(report);  // replica 2, 2 s of audio
+  second->OnRejected(absl::ResourceExhaustedError("full"));
+  const std::string text = metrics.Render();
+  EXPECT_EQ(MetricValue(text, "jasper_backend_busy_seconds_total{replica=\"0\"}"), 0.5);
+  EXPECT_EQ(MetricValue(text, "jasper_backend_busy_seconds_total{replica=\"1\"}"), 0.0);
+  EXPECT_EQ(MetricValue(text, "jasper_backend_busy_seconds_total{replica=\"2\"}"), 0.5);
+  EXPECT_NEAR(MetricValue(text, "jasper_backend_audio_seconds_total"), 3.0, 1e-9);
+  EXPECT_EQ(MetricValue(text, "jasper_scheduler_batches_total"), 2);
+  EXPECT_EQ(
+      MetricValue(text, "jasper_scheduler_windows_rejected_total{code=\"RESOURCE_EXHAUSTED\"}"), 1);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Device memory of GPU backends (ServerMetrics::AddDeviceMemoryGauges), with fake backends.
 
