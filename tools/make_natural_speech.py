@@ -20,7 +20,7 @@ Output (tools/pack_speech_data.py's shard format, resumable: finished shards are
   OUT/train/shard_XXXX.{ogg,tsv}   OUT/probe/shard_0000.{ogg,tsv}
 
   KOKORO_JA_CACHE=/work/kokoro-cache OMP_NUM_THREADS=1 nice -n 19 \
-      python tools/make_natural_speech.py --out tools/.work/natural --train-utts 10000 --jobs 2
+      python tools/make_natural_speech.py --train-utts 10000 --jobs 2   # into tools/training_data/natural
 
 About 2.5 s per utterance: 10,000 make ~7 h, what a 63 MiB pack holds at 16 kbit/s. Kokoro ran
 at 1.5-1.8x real time here (2 processes on 2 busy cores), hibari at ~7.6x: ~4 h for 7 h of audio.
@@ -121,7 +121,8 @@ def gen(out_dir, jobs_list, jobs, shard_size, kbps):
 
 def main():
   ap = argparse.ArgumentParser()
-  ap.add_argument("--out", default=os.path.join(HERE, ".work", "natural"))
+  ap.add_argument("--out", default=os.path.join(HERE, "training_data", "natural"),
+                  help="shard folder (default: the committed set, which this extends)")
   ap.add_argument("--train-utts", type=int, default=10000)
   ap.add_argument("--probe-utts", type=int, default=120)
   ap.add_argument("--speakers", type=int, default=500, help="distinct Kokoro style mixes")

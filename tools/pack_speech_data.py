@@ -27,7 +27,7 @@ Layout of --out (default tools/.work/gpu_pack):
 Library use (both sides): write_shard(prefix, items, kbps) needs the soundfile package;
 read_shard(prefix, Sndfile(path)) needs only ctypes; fft_resample(x, sr_in, sr_out).
 
-  nice -n 19 python tools/pack_speech_data.py --natural tools/.work/natural \
+  nice -n 19 python tools/pack_speech_data.py --natural tools/training_data/natural \
       --out tools/.work/gpu_pack --budget-mib 63
 """
 import argparse
@@ -214,7 +214,7 @@ def sha256(path):
 def main():
   here = os.path.dirname(os.path.abspath(__file__))
   ap = argparse.ArgumentParser()
-  ap.add_argument("--natural", default=os.path.join(here, ".work", "natural"),
+  ap.add_argument("--natural", default=os.path.join(here, "training_data", "natural"),
                   help="tools/make_natural_speech.py's output (train/ and probe/ shards)")
   ap.add_argument("--out", default=os.path.join(here, ".work", "gpu_pack"))
   ap.add_argument("--budget-mib", type=float, default=63.0,
