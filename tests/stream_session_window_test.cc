@@ -28,7 +28,6 @@ using test_util::Collector;
 using test_util::FromPcm16;
 using test_util::ReadFileBytes;
 using test_util::SourcePath;
-using test_util::StreamSessionTest;
 using test_util::ToPcm16;
 
 // The fixture model with per-feature normalization off: each window's features are then the
@@ -42,6 +41,44 @@ absl::StatusOr<std::shared_ptr<const Model>> FixtureModelWithoutNormalization() 
   return Model::FromParts(
       config, ReadFileBytes(SourcePath("tests/fixtures/quartznet_small/model/model.safetensors")));
 }
+
+// The session fixture plus the streaming-versus-offline check both exactness tests use.
+class StreamSessionTest : public test_util::StreamSessionTest {
+ protected:
+  // Streams `bytes` through a session for each chunk size and expects its single final to equal
+  // the offline transcript: the text and every word's times, plus the word text and confidence
+  // when `words_and_confidence`.
+  void ExpectStreamingEqualsOffline(const std::shared_ptr<const Model>& model, Scheduler* scheduler,
+                                    const std::vector<uint8_t>& bytes, const Transcript& offline,
+                                    const DecoderConfig& decoder, const std::vector<int>& chunks,
+                                    bool words_and_confidence) {
+    for (int chunk_ms : chunks) {
+      Collector c;
+      StreamingOptions o;
+      o.chunk_ms = chunk_ms;
+      o.left_context_ms = 2000;
+      o.right_context_ms = 2000;
+      o.endpoint_silence_ms = 0;
+      o.decoder = decoder;
+      auto session = StreamSession::Create(model, scheduler, &delivery_, o,
+                                           {AudioEncoding::kLinearPcm16, 16000, 1}, c.Callbacks());
+      ASSERT_TRUE(session.ok());
+      ASSERT_TRUE(StreamAll(session->get(), &c, bytes, {4096}).ok());
+      ASSERT_EQ(c.finals().size(), 1u);
+      const SessionResult final_result = c.finals()[0];
+      EXPECT_EQ(final_result.transcript, offline.text) << "chunk " << chunk_ms;
+      ASSERT_EQ(final_result.words.size(), offline.words.size());
+      for (size_t i = 0; i < offline.words.size(); ++i) {
+        if (words_and_confidence) EXPECT_EQ(final_result.words[i].word, offline.words[i].word);
+        EXPECT_EQ(final_result.words[i].start_ms, offline.words[i].start_ms);
+        EXPECT_EQ(final_result.words[i].end_ms, offline.words[i].end_ms);
+        if (words_and_confidence) {
+          EXPECT_NEAR(final_result.words[i].confidence, offline.words[i].confidence, 1e-4);
+        }
+      }
+    }
+  }
+};
 
 TEST_F(StreamSessionTest, WindowingIsExactWithoutNormalization) {
   absl::StatusOr<std::shared_ptr<const Model>> raw_model = FixtureModelWithoutNormalization();
@@ -57,28 +94,8 @@ TEST_F(StreamSessionTest, WindowingIsExactWithoutNormalization) {
   auto offline_rec = *OfflineRecognizer::Create(*raw_model, bo);
   const std::vector<float> samples = FromPcm16(bytes);
   const Transcript offline = (*offline_rec->RecognizeBatch({absl::MakeConstSpan(samples)}))[0];
-  for (int chunk_ms : {800, 1000, 2000}) {
-    Collector c;
-    StreamingOptions o;
-    o.chunk_ms = chunk_ms;
-    o.left_context_ms = 2000;
-    o.right_context_ms = 2000;
-    o.endpoint_silence_ms = 0;
-    auto session = StreamSession::Create(*raw_model, scheduler.get(), &delivery_, o,
-                                         {AudioEncoding::kLinearPcm16, 16000, 1}, c.Callbacks());
-    ASSERT_TRUE(session.ok());
-    ASSERT_TRUE(StreamAll(session->get(), &c, bytes, {4096}).ok());
-    ASSERT_EQ(c.finals().size(), 1u);
-    const SessionResult final_result = c.finals()[0];
-    EXPECT_EQ(final_result.transcript, offline.text) << "chunk " << chunk_ms;
-    ASSERT_EQ(final_result.words.size(), offline.words.size());
-    for (size_t i = 0; i < offline.words.size(); ++i) {
-      EXPECT_EQ(final_result.words[i].word, offline.words[i].word);
-      EXPECT_EQ(final_result.words[i].start_ms, offline.words[i].start_ms);
-      EXPECT_EQ(final_result.words[i].end_ms, offline.words[i].end_ms);
-      EXPECT_NEAR(final_result.words[i].confidence, offline.words[i].confidence, 1e-4);
-    }
-  }
+  ExpectStreamingEqualsOffline(*raw_model, scheduler.get(), bytes, offline, DecoderConfig(),
+                               {800, 1000, 2000}, /*words_and_confidence=*/true);
 }
 
 // Beam search (issue 22) carries its state across windows: without normalization the stream's
@@ -101,27 +118,8 @@ TEST_F(StreamSessionTest, BeamSearchStreamingEqualsOffline) {
   const std::vector<float> samples = FromPcm16(bytes);
   const Transcript offline = (*offline_rec->RecognizeBatch({absl::MakeConstSpan(samples)}))[0];
   ASSERT_FALSE(offline.text.empty());
-  for (int chunk_ms : {800, 2000}) {
-    Collector c;
-    StreamingOptions o;
-    o.chunk_ms = chunk_ms;
-    o.left_context_ms = 2000;
-    o.right_context_ms = 2000;
-    o.endpoint_silence_ms = 0;
-    o.decoder = decoder;
-    auto session = StreamSession::Create(*raw_model, scheduler.get(), &delivery_, o,
-                                         {AudioEncoding::kLinearPcm16, 16000, 1}, c.Callbacks());
-    ASSERT_TRUE(session.ok());
-    ASSERT_TRUE(StreamAll(session->get(), &c, bytes, {4096}).ok());
-    ASSERT_EQ(c.finals().size(), 1u);
-    const SessionResult final_result = c.finals()[0];
-    EXPECT_EQ(final_result.transcript, offline.text) << "chunk " << chunk_ms;
-    ASSERT_EQ(final_result.words.size(), offline.words.size());
-    for (size_t i = 0; i < offline.words.size(); ++i) {
-      EXPECT_EQ(final_result.words[i].start_ms, offline.words[i].start_ms);
-      EXPECT_EQ(final_result.words[i].end_ms, offline.words[i].end_ms);
-    }
-  }
+  ExpectStreamingEqualsOffline(*raw_model, scheduler.get(), bytes, offline, decoder, {800, 2000},
+                               /*words_and_confidence=*/false);
 }
 
 // A backend that "hears" speech wherever the window's features are above the window's
