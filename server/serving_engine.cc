@@ -344,9 +344,8 @@ bool ServingEngine::draining() const {
 }
 
 absl::StatusOr<StreamingOptions> ServingEngine::SessionOptions(const CallConfig& config,
+                                                               const ServedModel& served,
                                                                bool streaming) const {
-  absl::StatusOr<const ServedModel*> served = FindModel(config.model);
-  if (!served.ok()) return served.status();
   if (!config.language_code.empty()) {
     const std::string want = absl::AsciiStrToLower(config.language_code);
     const std::string have = absl::AsciiStrToLower(options_.language_code);
@@ -371,10 +370,10 @@ absl::StatusOr<StreamingOptions> ServingEngine::SessionOptions(const CallConfig&
   }
   options.decoder.beam = decoder == "beam" || !config.boost_phrases.empty();
   options.decoder.beam_options = options_.beam;
-  options.decoder.lm = (*served)->lm;
+  options.decoder.lm = served.lm;
   if (!config.boost_phrases.empty()) {
     absl::StatusOr<std::shared_ptr<const PhraseBoost>> boost = PhraseBoost::Create(
-        config.boost_phrases, (*served)->model->config().labels, options_.boost_limits);
+        config.boost_phrases, served.model->config().labels, options_.boost_limits);
     if (!boost.ok()) return boost.status();
     options.decoder.boost = *std::move(boost);
   }
@@ -389,10 +388,10 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ServingEngine::CreateSession(
 absl::StatusOr<std::unique_ptr<StreamSession>> ServingEngine::CreateSessionImpl(
     const CallConfig& config, bool streaming, StreamSession::Callbacks callbacks,
     bool observe) const {
-  absl::StatusOr<StreamingOptions> options = SessionOptions(config, streaming);
-  if (!options.ok()) return options.status();
-  absl::StatusOr<const ServedModel*> served = FindModel(config.model);  // found just above
+  absl::StatusOr<const ServedModel*> served = FindModel(config.model);
   if (!served.ok()) return served.status();
+  absl::StatusOr<StreamingOptions> options = SessionOptions(config, **served, streaming);
+  if (!options.ok()) return options.status();
   if (observe && metrics_ != nullptr) {
     // Results of one session arrive one at a time (the delivery executor), so the audio
     // covered so far needs no lock; the atomic only keeps the state safe to share.

@@ -111,10 +111,9 @@ class ServingEngine {
   int64_t idle_memory_releases() const ABSL_LOCKS_EXCLUDED(mu_);
   bool draining() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Checks the model and language a call asks for (NOT_FOUND naming what is served) and
-  // builds its session options. `streaming` false: offline (no interim results).
-  absl::StatusOr<StreamingOptions> SessionOptions(const CallConfig& config, bool streaming) const;
-  // SessionOptions + StreamSession::Create.
+  // Checks the model and language a call asks for (NOT_FOUND naming what is served), builds
+  // its session options on that model (`streaming` false: offline, no interim results) and
+  // creates the session.
   absl::StatusOr<std::unique_ptr<StreamSession>> CreateSession(
       const CallConfig& config, bool streaming, StreamSession::Callbacks callbacks) const;
 
@@ -140,6 +139,10 @@ class ServingEngine {
   // Timer callback: releases free heap memory when no call came and went since `generation`.
   void MaybeReleaseIdleMemory(uint64_t generation) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status WarmupModel(const ServedModel& served, double seconds, absl::Duration timeout);
+  // The session options of a call on `served` (the model the call names); INVALID_ARGUMENT /
+  // NOT_FOUND for a bad decoder, boost list or language.
+  absl::StatusOr<StreamingOptions> SessionOptions(const CallConfig& config,
+                                                  const ServedModel& served, bool streaming) const;
   // CreateSession; `observe` false keeps the session out of the metrics (warm-up).
   absl::StatusOr<std::unique_ptr<StreamSession>> CreateSessionImpl(
       const CallConfig& config, bool streaming, StreamSession::Callbacks callbacks,
