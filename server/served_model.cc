@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -12,18 +10,6 @@
 #include "engine/runtime/backend_factory.h"
 
 namespace jasper::server {
-namespace {
-
-absl::StatusOr<std::shared_ptr<const NgramLm>> LoadLm(const std::string& path) {
-  if (!absl::EndsWith(path, ".arpa")) return NgramLm::LoadBinary(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read lm_file ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return NgramLm::FromArpa(text.str());
-}
-
-}  // namespace
 
 void ServedModel::SetObserver(std::unique_ptr<SchedulerObserver> o) {
   observer = std::move(o);
@@ -60,7 +46,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   if (lm_file == "none") {
     served->lm = nullptr;
   } else if (!lm_file.empty()) {
-    absl::StatusOr<std::shared_ptr<const NgramLm>> lm = LoadLm(lm_file);
+    absl::StatusOr<std::shared_ptr<const NgramLm>> lm = NgramLm::LoadFile(lm_file);
     if (!lm.ok()) return lm.status();
     served->lm = *std::move(lm);
   } else {

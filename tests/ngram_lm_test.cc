@@ -132,6 +132,30 @@ TEST(NgramLmTest, BinaryRoundTripKeepsEveryScore) {
             absl::StatusCode::kNotFound);
 }
 
+// LoadFile picks the form by the name: *.arpa parsed, anything else mapped as binary.
+TEST(NgramLmTest, LoadFileByName) {
+  auto lm = NgramLm::FromArpa(kArpa);
+  ASSERT_TRUE(lm.ok());
+  const std::string dir = ::testing::TempDir();
+  const std::string arpa = dir + "/load_file_test.arpa", bin = dir + "/load_file_test.bin";
+  std::ofstream(arpa, std::ios::binary) << kArpa;
+  std::ofstream(bin, std::ios::binary) << (*lm)->ToBinary();
+  for (const std::string& path : {arpa, bin}) {
+    auto loaded = NgramLm::LoadFile(path);
+    ASSERT_TRUE(loaded.ok()) << path << ": " << loaded.status();
+    EXPECT_EQ((*loaded)->ToBinary(), (*lm)->ToBinary()) << path;
+  }
+  // The binary image under an .arpa name is parsed as text, and fails as such.
+  std::filesystem::copy_file(bin, dir + "/load_file_test_bin.arpa",
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_EQ(NgramLm::LoadFile(dir + "/load_file_test_bin.arpa").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(NgramLm::LoadFile("/nonexistent/lm.arpa").status().code(), absl::StatusCode::kNotFound);
+  for (const std::string& path : {arpa, bin, dir + "/load_file_test_bin.arpa"}) {
+    std::filesystem::remove(path);
+  }
+}
+
 TEST(NgramLmTest, WordPrefixesOfTheVocabulary) {
   auto lm = NgramLm::FromArpa(kArpa);
   ASSERT_TRUE(lm.ok());

@@ -69,7 +69,9 @@ class StreamSessionTest : public test_util::StreamSessionTest {
       EXPECT_EQ(final_result.transcript, offline.text) << "chunk " << chunk_ms;
       ASSERT_EQ(final_result.words.size(), offline.words.size());
       for (size_t i = 0; i < offline.words.size(); ++i) {
-        if (words_and_confidence) EXPECT_EQ(final_result.words[i].word, offline.words[i].word);
+        if (words_and_confidence) {
+          EXPECT_EQ(final_result.words[i].word, offline.words[i].word);
+        }
         EXPECT_EQ(final_result.words[i].start_ms, offline.words[i].start_ms);
         EXPECT_EQ(final_result.words[i].end_ms, offline.words[i].end_ms);
         if (words_and_confidence) {

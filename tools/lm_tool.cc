@@ -8,27 +8,16 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "engine/model/ngram_lm.h"
 
 namespace {
-
-absl::StatusOr<std::shared_ptr<const jasper::NgramLm>> Load(const std::string& path) {
-  if (!absl::EndsWith(path, ".arpa")) return jasper::NgramLm::LoadBinary(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError("cannot read " + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return jasper::NgramLm::FromArpa(text.str());
-}
 
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "jasper-lm: %s\n", std::string(s.message()).c_str());
@@ -48,7 +37,7 @@ int main(int argc, char** argv) {
   }
   const std::string command = args[1];
   const auto start = std::chrono::steady_clock::now();
-  auto lm = Load(args[2]);
+  auto lm = jasper::NgramLm::LoadFile(args[2]);
   if (!lm.ok()) return Fail(lm.status());
   const double load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -5,9 +5,7 @@
 //   jasper-transcribe --model_dir=models/<name> a.wav b.wav
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -98,16 +96,7 @@ absl::StatusOr<jasper::DecoderConfig> DecoderFromFlags(const jasper::Model& mode
   if (lm_path == "none") {
     // Beam search without any LM, not even the model folder's.
   } else if (!lm_path.empty()) {
-    absl::StatusOr<std::shared_ptr<const jasper::NgramLm>> lm;
-    if (absl::EndsWith(lm_path, ".arpa")) {
-      std::ifstream in(lm_path, std::ios::binary);
-      if (!in) return absl::NotFoundError("cannot read --lm " + lm_path);
-      std::stringstream text;
-      text << in.rdbuf();
-      lm = jasper::NgramLm::FromArpa(text.str());
-    } else {
-      lm = jasper::NgramLm::LoadBinary(lm_path);
-    }
+    absl::StatusOr<std::shared_ptr<const jasper::NgramLm>> lm = jasper::NgramLm::LoadFile(lm_path);
     if (!lm.ok()) return lm.status();
     config.lm = *std::move(lm);
   } else if (config.beam) {

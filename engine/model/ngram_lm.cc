@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -223,6 +225,15 @@ absl::StatusOr<std::shared_ptr<const NgramLm>> NgramLm::FromBinary(absl::string_
   // std::string storage is at least 8-byte aligned (operator new), as the table needs.
   if (absl::Status s = lm->Attach(lm->owned_.data(), lm->owned_.size()); !s.ok()) return s;
   return std::shared_ptr<const NgramLm>(std::move(lm));
+}
+
+absl::StatusOr<std::shared_ptr<const NgramLm>> NgramLm::LoadFile(const std::string& path) {
+  if (!absl::EndsWith(path, ".arpa")) return LoadBinary(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read LM file ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return FromArpa(text.str());
 }
 
 absl::StatusOr<std::shared_ptr<const NgramLm>> NgramLm::LoadBinary(const std::string& path) {

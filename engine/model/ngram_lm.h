@@ -52,6 +52,9 @@ class NgramLm {
   static absl::StatusOr<std::shared_ptr<const NgramLm>> FromBinary(absl::string_view bytes);
   // Maps the binary file `path` read-only; NOT_FOUND / INVALID_ARGUMENT.
   static absl::StatusOr<std::shared_ptr<const NgramLm>> LoadBinary(const std::string& path);
+  // A file by its name: ARPA text when it ends in ".arpa" (parsed), else the binary form
+  // (mapped). NOT_FOUND naming the file / INVALID_ARGUMENT.
+  static absl::StatusOr<std::shared_ptr<const NgramLm>> LoadFile(const std::string& path);
   ~NgramLm();
   NgramLm(const NgramLm&) = delete;
   NgramLm& operator=(const NgramLm&) = delete;
