@@ -59,33 +59,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import make_speech_data as msd  # noqa: E402
-from make_random_model import blk  # noqa: E402  (a block config in NeMo's keys)
 from pack_speech_data import SR, Sndfile, fft_resample, read_shard, shard_prefixes  # noqa: E402
-
-
-# NeMo's QuartzNet 5x5 (C1 256, B1-B2 256, B3-B5 512, C2 512, C3 1024: 6.7 M parameters) with
-# the 512-channel blocks at 480 and C3 at 896, so that the F32 model.safetensors stays under
-# 25 MB: 6,026,365 parameters, 6,053,053 stored values, 24.2 MB.
-ARCHS = {
-    "qn5x5_480": [blk(256, 1, 33, stride=2, residual=False), blk(256, 5, 33), blk(256, 5, 39),
-                  blk(480, 5, 51), blk(480, 5, 63), blk(480, 5, 75),
-                  blk(480, 1, 87, dil=2, residual=False),
-                  blk(896, 1, 1, residual=False, separable=False)],
-    "tiny": [blk(32, 1, 11, stride=2, residual=False), blk(32, 2, 13), blk(48, 1, 15, dil=2,
-             residual=False), blk(64, 1, 1, residual=False, separable=False)],
-}
-
-
-class Log:
-  def __init__(self, path):
-    self.f = open(path, "a")
-    self.t0 = time.time()
-
-  def __call__(self, msg):
-    line = f"[{time.time() - self.t0:7.1f}s] {msg}"
-    print(line, flush=True)
-    self.f.write(line + "\n")
-    self.f.flush()
+from train_core import ARCHS, Log, Trainer, greedy_wer, spec_augment  # noqa: E402,F401
 
 
 # ----------------------------------------------------------------------------- robotic voices
@@ -316,23 +291,6 @@ def augment(torch, x, lens, rng, g):
   return (x * valid()).clamp(-1, 1), lens
 
 
-def spec_augment(torch, feats, flens, g):
-  """Vectorized: 2 frequency masks <= 12 bins, 2 + T/200 time masks <= 20 frames (about a
-  quarter of the valid cells masked on average)."""
-  B, F, T = feats.shape
-  dev = feats.device
-  fa = torch.arange(F, device=dev)[None, None, :]
-  f0 = torch.randint(0, F, (B, 2, 1), device=dev, generator=g)
-  fw = torch.randint(0, 13, (B, 2, 1), device=dev, generator=g)
-  fmask = ((fa >= f0) & (fa < f0 + fw)).any(1)
-  M = 2 + T // 200
-  ta = torch.arange(T, device=dev)[None, None, :]
-  t0 = (torch.rand(B, M, 1, device=dev, generator=g) * flens[:, None, None]).long()
-  tw = torch.randint(0, 21, (B, M, 1), device=dev, generator=g)
-  tmask = ((ta >= t0) & (ta < t0 + tw)).any(1)
-  return feats.masked_fill(fmask[:, :, None] | tmask[:, None, :], 0.0)
-
-
 # ----------------------------------------------------------------------------- main
 def save_fp16(torch, path, model, blocks, state):
   tmp = path + ".tmp"
@@ -416,9 +374,7 @@ def main():
                                   args.robot_max_hours, stop, log)
 
   import torch
-  import torch.nn.functional as F
-  from quartznet_torch import BLANK, LABELS, Featurizer, QuartzNet, greedy_decode, wer_cer
-  char = {c: i for i, c in enumerate(LABELS)}
+  from quartznet_torch import Featurizer
   dev = torch.device(args.device)
   torch.manual_seed(args.seed)
   g = torch.Generator(device=dev)
@@ -446,39 +402,30 @@ def main():
       f"decoded in {el:.1f} s ({secs / el:.0f}x real time)")
 
   blocks = ARCHS[args.arch]
-  model = QuartzNet(blocks).to(dev)
+  trainer = Trainer(torch, blocks, dev, args.lr, args.wd, args.warmup, torch.bfloat16,
+                    fused=dev.type == "cuda")
+  model, state = trainer.model, trainer.state
+  state["arch"] = args.arch
   feat = Featurizer().to(dev)
-  nparams = sum(p.numel() for p in model.parameters())
-  log(f"model {args.arch}: {nparams} parameters")
-  opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.wd,
-                          betas=(0.9, 0.98), **({"fused": True} if dev.type == "cuda" else {}))
-  state = {"step": 0, "audio_s": 0.0, "train_s": 0.0, "arch": args.arch}
-  results = {"arch": args.arch, "params": nparams, "probe": {}}
+  log(f"model {args.arch}: {trainer.nparams} parameters")
+  results = {"arch": args.arch, "params": trainer.nparams, "probe": {}}
 
   @torch.no_grad()
-  def run_probe():
-    model.eval()
+  def probe_batches():
     feat.eval()
-    by_src = {}
     order = sorted(range(len(probe)), key=lambda i: len(probe[i][0]))
     for s in range(0, len(order), 32):
       items = [probe[i] for i in order[s:s + 32]]
       audio, lens, texts_ = collate([(a, t) for a, t, _ in items], torch)
       x, xl = feat(audio.to(dev).float() / 32768.0, lens.to(dev))
-      with torch.autocast(dev.type, dtype=torch.bfloat16):
-        lp, ol = model(x, xl)
-      for (_, t, src), h in zip(items, greedy_decode(lp.float(), ol)):
-        by_src.setdefault(src, ([], []))
-        by_src[src][0].append(t)
-        by_src[src][1].append(h)
-    model.train()
+      yield x, xl, texts_, [src for _, _, src in items]
     feat.train()
-    out = {}
-    for src, (refs, hyps) in sorted(by_src.items()):
-      w, c = wer_cer(refs, hyps)
-      out[src] = {"utts": len(refs), "wer": round(w, 4), "cer": round(c, 4)}
-      log(f"probe {src}: WER {w * 100:.1f}% CER {c * 100:.1f}% ({len(refs)} utts) | "
-          f"'{refs[0]}' -> '{hyps[0]}'")
+
+  def run_probe():
+    out = greedy_wer(torch, model, probe_batches(), dev, torch.bfloat16)
+    for src, v in out.items():
+      log(f"probe {src}: WER {v['wer'] * 100:.1f}% CER {v['cer'] * 100:.1f}% ({v['utts']} utts)"
+          f" | {v['example']}")
     return out
 
   # 3. train
@@ -500,37 +447,22 @@ def main():
       progress = max(state["step"] / args.max_steps, (time.time() - train_start) / budget)
       if progress >= 1.0:
         break
-      warm = min(1.0, (state["step"] + 1) / args.warmup)
-      lr = args.lr * warm * max(0.01, 0.5 * (1 + math.cos(math.pi * progress)))
-      for grp in opt.param_groups:
-        grp["lr"] = lr
       items = sample_batch([natural, robot], [args.natural_frac, 1 - args.natural_frac],
                            int(args.batch_seconds * SR), args.max_bs, rng)
       audio, lens, texts_ = collate(items, torch)
-      state["audio_s"] += float(lens.sum()) / SR  # source audio, before speed perturbation
+      src_s = float(lens.sum()) / SR  # source audio, before speed perturbation
       audio = audio.to(dev, non_blocking=True).float() / 32768.0
       lens = lens.to(dev)
-      targets = torch.tensor([char[c] for t in texts_ for c in t], device=dev)
-      tlens = torch.tensor([len(t) for t in texts_], device=dev)
       x, lens = augment(torch, audio, lens, rng, g)
       warp = 0.9 + 0.2 * torch.rand(len(texts_), device=dev, generator=g)
       feats, flens = feat(x, lens, warp=warp)
       feats = spec_augment(torch, feats, flens, g)
-      with torch.autocast(dev.type, dtype=torch.bfloat16):
-        lp, ol = model(feats, flens)
-      loss = F.ctc_loss(lp.float().transpose(0, 1), targets, ol, tlens, blank=BLANK,
-                        reduction="mean", zero_infinity=True)
-      opt.zero_grad(set_to_none=True)
-      loss.backward()
-      gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-      opt.step()
-      state["step"] += 1
+      loss, gn, lr = trainer.step(feats, flens, texts_, progress, src_s)
       now = time.time()
-      state["train_s"] = now - train_start
       if now - last_log >= args.log_s or state["step"] <= 3:
         mem = (f" mem {torch.cuda.max_memory_allocated(dev) / 2 ** 30:.1f} GiB"
                if dev.type == "cuda" else "")
-        log(f"step {state['step']} loss {loss.item():.3f} gn {float(gn):.2f} lr {lr:.2e} "
+        log(f"step {state['step']} loss {loss:.3f} gn {gn:.2f} lr {lr:.2e} "
             f"bs {len(texts_)} x {audio.shape[1] / SR:.1f} s | seen {state['audio_s'] / 3600:.2f} h"
             f" ({state['audio_s'] / state['train_s']:.0f}x real time) | pools natural "
             f"{natural.hours():.2f} h, robot {robot.hours():.2f} h ({len(robot.utts)} utts) | "

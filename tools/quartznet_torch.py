@@ -114,7 +114,14 @@ class Featurizer(nn.Module):
   @torch.no_grad()
   def forward(self, audio, lengths, warp=None):
     """warp: optional [B] vocal-tract-length factors (VTLP, training only): the power spectrum
-    of utterance b is read at frequency bin f * warp[b] (linear interpolation, clamped)."""
+    of utterance b is read at frequency bin f * warp[b] (linear interpolation, clamped).
+    Returns features [B, 64, T padded to 16] and seq_len [B]."""
+    mel, seq_len = self.log_mel(audio, lengths, warp)
+    return normalize_per_feature(mel, seq_len), seq_len
+
+  @torch.no_grad()
+  def log_mel(self, audio, lengths, warp=None):
+    """The features before normalization: log(mel power + 2^-24) [B, 64, T], seq_len [B]."""
     seq_len = torch.div(lengths, self.hop, rounding_mode="floor")
     x = audio
     if self.training and self.dither > 0:
@@ -136,21 +143,25 @@ class Featurizer(nn.Module):
       mag = (torch.gather(mag, 1, lo[:, :, None].expand(-1, -1, T)) * (1 - w) +
              torch.gather(mag, 1, hi[:, :, None].expand(-1, -1, T)) * w)
     mel = torch.matmul(self.fb, mag)
-    mel = torch.log(mel + 2 ** -24)
-    # per-feature normalization over valid frames
-    T = mel.shape[-1]
-    valid = (torch.arange(T, device=x.device)[None, :] < seq_len[:, None])  # [B, T]
-    vm = valid[:, None, :].to(mel.dtype)
-    n = seq_len.to(mel.dtype)[:, None]
-    mean = (mel * vm).sum(-1) / n
-    var = (((mel - mean[..., None]) * vm) ** 2).sum(-1) / (n - 1)
-    std = torch.sqrt(var) + 1e-5
-    mel = (mel - mean[..., None]) / std[..., None]
-    mel = mel.masked_fill(~valid[:, None, :], 0.0)
-    pad = (-T) % 16
-    if pad:
-      mel = F.pad(mel, (0, pad), value=0.0)
-    return mel, seq_len
+    return torch.log(mel + 2 ** -24), seq_len
+
+
+def normalize_per_feature(mel, seq_len):
+  """NeMo's per-feature normalization over the valid frames (unbiased std + 1e-5), frames >=
+  seq_len zeroed, time padded to a multiple of 16. mel [B, 64, T] log-mel, seq_len [B]."""
+  T = mel.shape[-1]
+  valid = (torch.arange(T, device=mel.device)[None, :] < seq_len[:, None])  # [B, T]
+  vm = valid[:, None, :].to(mel.dtype)
+  n = seq_len.to(mel.dtype)[:, None]
+  mean = (mel * vm).sum(-1) / n
+  var = (((mel - mean[..., None]) * vm) ** 2).sum(-1) / (n - 1)
+  std = torch.sqrt(var) + 1e-5
+  mel = (mel - mean[..., None]) / std[..., None]
+  mel = mel.masked_fill(~valid[:, None, :], 0.0)
+  pad = (-T) % 16
+  if pad:
+    mel = F.pad(mel, (0, pad), value=0.0)
+  return mel
 
 
 # ----------------------------------------------------------------------------- model
