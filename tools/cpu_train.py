@@ -45,63 +45,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import train_core  # noqa: E402
+from train_data import Pool, fixed_copies, fft_resample, sample_entries  # noqa: E402,F401
 
 SR = 16000
 HOP = 160
 CACHE_VERSION = 1
 DEFAULT_STATE = os.path.join(HERE, "training_data", "cpu_run", "state.pt")
-
-
-# ----------------------------------------------------------------------------- fixed copies
-def fft_resample(x, ratio):
-  """x resampled to round(len(x) * ratio) samples, band-limited (FFT)."""
-  n = len(x)
-  m = max(1, int(round(n * ratio)))
-  X = np.fft.rfft(x.astype(np.float64))
-  Y = np.zeros(m // 2 + 1, np.complex128)
-  k = min(len(X), len(Y))
-  Y[:k] = X[:k]
-  return (np.fft.irfft(Y, m) * (m / n)).astype(np.float32)
-
-
-def reverberate(x, rng):
-  """Convolution with a synthetic room response: exponentially decaying noise, RT60 0.15-0.7 s;
-  the peak level is kept."""
-  R = SR // 2
-  t = np.arange(R) / SR
-  rir = rng.standard_normal(R) * np.exp(-6.9 * t / rng.uniform(0.15, 0.7))
-  rir[0] = 1.0 + abs(rir[0])
-  rir /= np.linalg.norm(rir)
-  n = len(x) + R
-  wet = np.fft.irfft(np.fft.rfft(x, n) * np.fft.rfft(rir, n), n)[:len(x)]
-  return (wet * (np.abs(x).max() / (np.abs(wet).max() + 1e-9))).astype(np.float32)
-
-
-def telephone(x):
-  """300-3400 Hz, 8 kHz, 8-bit mu-law, back to 16 kHz."""
-  X = np.fft.rfft(x)
-  hz = np.arange(len(X)) * SR / len(x)
-  band = np.fft.irfft(X * ((hz >= 300) & (hz <= 3400)), len(x))
-  band = fft_resample(band / (np.abs(band).max() + 1e-9) * 0.7, 0.5)
-  mu = np.sign(band) * np.log1p(255 * np.minimum(np.abs(band), 1)) / np.log(256)
-  mu = np.round(mu * 127.5) / 127.5
-  lin = np.sign(mu) * (256 ** np.abs(mu) - 1) / 255
-  return fft_resample(lin, 2.0)[:len(x)]
-
-
-def fixed_copies(x, rng, n):
-  """n copies of x (float32, 16 kHz): copy 0 at speed 1, then alternately slower (0.87-0.95)
-  and faster (1.05-1.13); each with reverberation p 0.3, telephone p 0.2; peak 0.5."""
-  out = []
-  for k in range(n):
-    f = 1.0 if k == 0 else (rng.uniform(0.87, 0.95) if k % 2 else rng.uniform(1.05, 1.13))
-    y = fft_resample(x, 1.0 / f) if f != 1.0 else x.astype(np.float32)
-    if rng.random() < 0.3:
-      y = reverberate(y, rng)
-    if rng.random() < 0.2:
-      y = telephone(y)
-    out.append((y / (np.abs(y).max() + 1e-9) * 0.5).astype(np.float32))
-  return out
 
 
 # ----------------------------------------------------------------------------- cache workers
@@ -168,50 +117,6 @@ def robot_job(args):
   return out
 
 
-class Pool:
-  """One source's cached copies: feats fp16 [64, total frames] and an entry table."""
-
-  def __init__(self, name, feats, offsets, lengths, text_ids, texts):
-    self.name, self.feats, self.texts = name, feats, texts
-    self.offsets, self.lengths, self.text_ids = offsets, lengths, text_ids
-    self.bins = {}
-    for i, T in enumerate(lengths):
-      self.bins.setdefault(int(T) // 50, []).append(i)
-    self.bins = {b: np.array(v) for b, v in self.bins.items()}
-
-  @classmethod
-  def from_items(cls, name, items):
-    texts, feats, offsets, lengths, tids, pos = [], [], [], [], [], 0
-    for text, copies in items:
-      texts.append(text)
-      for f in copies:
-        feats.append(f)
-        offsets.append(pos)
-        lengths.append(f.shape[1])
-        tids.append(len(texts) - 1)
-        pos += f.shape[1]
-    cat = np.concatenate(feats, axis=1) if feats else np.zeros((64, 0), np.float16)
-    return cls(name, cat, np.array(offsets, np.int64), np.array(lengths, np.int32),
-               np.array(tids, np.int32), texts)
-
-  def save(self, path):
-    np.savez(path + ".tmp.npz", feats=self.feats, offsets=self.offsets, lengths=self.lengths,
-             text_ids=self.text_ids, texts=np.array(self.texts))
-    os.replace(path + ".tmp.npz", path)
-
-  @classmethod
-  def load(cls, name, path):
-    z = np.load(path)
-    return cls(name, z["feats"], z["offsets"], z["lengths"], z["text_ids"], list(z["texts"]))
-
-  def hours(self, copies):
-    return float(self.lengths.sum()) / 100 / 3600 / copies
-
-  def entry(self, i):
-    o, T = int(self.offsets[i]), int(self.lengths[i])
-    return self.feats[:, o:o + T], self.texts[int(self.text_ids[i])]
-
-
 def build_pools(args, session, log):
   """Natural (cached on disk, keyed by the shards and copies) and robotic (per session)."""
   os.makedirs(args.work, exist_ok=True)
@@ -219,8 +124,11 @@ def build_pools(args, session, log):
   key = hashlib.sha256(json.dumps([CACHE_VERSION, args.variants] + [
       (os.path.basename(p), os.path.getsize(p + ".ogg")) for p in shards]).encode()).hexdigest()
   nat_path = os.path.join(args.work, f"natural_{key[:12]}.npz")
-  rob_path = os.path.join(args.work, f"robot_s{session}_{args.robot_hours:g}h_v{args.variants}"
-                          f"_{CACHE_VERSION}.npz")
+  # One robotic pool per machine: a restart on the same machine reuses it; a new machine (a new
+  # session) makes a new one with new seeds.
+  tail = f"_{args.robot_hours:g}h_v{args.variants}_{CACHE_VERSION}.npz"
+  made = sorted(glob.glob(os.path.join(args.work, "robot_s*" + tail)), key=os.path.getmtime)
+  rob_path = made[-1] if made else os.path.join(args.work, f"robot_s{session}{tail}")
   need_nat, need_rob = not os.path.exists(nat_path), args.robot_hours > 0 and not os.path.exists(
       rob_path)
   if need_nat or need_rob:
@@ -278,24 +186,6 @@ def noise_textures(torch, feat, rng):
   feat.eval()
   floor = (torch.exp(d[0]) - 2 ** -24).clamp(min=0).mean(1)
   return torch.stack(out)[:, :, :2000], floor
-
-
-def sample_entries(pools, weights, batch_frames, max_bs, rng):
-  """Length-bucketed: a random anchor fixes the 0.5 s bin; each slot picks a pool by weight
-  and an entry of that bin (the anchor's pool when the other has none)."""
-  p = np.array(weights, np.float64) / sum(weights)
-  a = int(rng.choice(len(pools), p=p))
-  anchor = int(rng.integers(len(pools[a].lengths)))
-  b = int(pools[a].lengths[anchor]) // 50
-  n = max(1, min(max_bs, batch_frames // ((b + 1) * 50)))
-  out = []
-  for _ in range(n):
-    k = int(rng.choice(len(pools), p=p))
-    if b not in pools[k].bins:
-      k = a
-    ids = pools[k].bins[b]
-    out.append(pools[k].entry(int(ids[rng.integers(len(ids))])))
-  return out
 
 
 def make_batch(torch, entries, textures, floor, rng, g, augment=True):
@@ -372,8 +262,9 @@ def load_probe(torch, folder):
 
 
 # ----------------------------------------------------------------------------- export
-def export(torch, state_path, out_dir, name):
-  """The state file's EMA weights -> a model folder (tools/export_model.py)."""
+def export(torch, state_path, out_dir, name, lm):
+  """The state file's EMA weights -> a model folder (tools/export_model.py), with the n-gram LM
+  file `lm` copied in and named in model.json (none when lm is empty)."""
   blob = torch.load(state_path, map_location="cpu", weights_only=False)
   sd = {k: (blob["ema"][k].float() if k in blob["ema"] else v) for k, v in blob["model"].items()}
   with tempfile.TemporaryDirectory() as td:
@@ -381,6 +272,15 @@ def export(torch, state_path, out_dir, name):
     torch.save({"model": sd, "blocks": blob["blocks"], "state": blob["state"]}, ck)
     subprocess.run([sys.executable, os.path.join(HERE, "export_model.py"), "--ckpt", ck,
                     "--out", out_dir, "--name", name], check=True)
+  if lm:
+    import shutil
+    shutil.copyfile(lm, os.path.join(out_dir, "lm.bin"))
+    cfg_path = os.path.join(out_dir, "model.json")
+    cfg = json.load(open(cfg_path))
+    cfg = {"format_version": cfg["format_version"], "name": cfg["name"],
+           "language_model": "lm.bin", **cfg}
+    with open(cfg_path, "w") as f:
+      f.write(json.dumps(cfg, indent=2) + "\n")
   return blob["state"]
 
 
@@ -412,8 +312,14 @@ def main():
   ap.add_argument("--log-s", type=float, default=60.0)
   ap.add_argument("--curve", default=None,
                   help="learning-curve TSV (default: curve.tsv beside --state)")
+  ap.add_argument("--init", metavar="CKPT",
+                  help="with no state yet: start from these weights (the GPU job's ckpt_fp16.pt "
+                       "or any {'model', 'blocks'} checkpoint of tools/export_model.py's kind)")
   ap.add_argument("--export", metavar="DIR", help="write the EMA model folder and exit")
   ap.add_argument("--name", default="quartznet_en_natural")
+  ap.add_argument("--lm", default=os.path.join(ROOT, "models", "quartznet_en_tts_small", "lm.bin"),
+                  help="with --export: the LM to put in the folder ('' for none; the default "
+                       "is built from the training side of the text pool, tools/build_lm.py)")
   ap.add_argument("--seed", type=int, default=0)
   args = ap.parse_args()
 
@@ -421,7 +327,7 @@ def main():
   import torch
   torch.set_num_threads(args.threads)
   if args.export:
-    st = export(torch, args.state, args.export, args.name)
+    st = export(torch, args.state, args.export, args.name, args.lm)
     print(f"exported step {st['step']}, {st['audio_s'] / 3600:.1f} h seen -> {args.export}")
     return
   os.makedirs(args.work, exist_ok=True)
@@ -440,7 +346,21 @@ def main():
       args.plan_hours = extra["plan_hours"]
     log(f"resumed {args.state}: step {trainer.step_count}, "
         f"{trainer.state['audio_s'] / 3600:.1f} h seen, session {extra['session']}")
-  session = extra["session"] + 1
+  elif args.init:
+    ck = torch.load(args.init, map_location="cpu", weights_only=False)
+    if ck["blocks"] != trainer.blocks:
+      sys.exit(f"error: {args.init} is not a {args.arch} checkpoint")
+    trainer.model.load_state_dict({k: v.float() if v.is_floating_point() else v
+                                   for k, v in ck["model"].items()})
+    trainer.ema = {k: v.detach().clone().float() for k, v in
+                   trainer.model.state_dict().items() if v.is_floating_point()}
+    extra["init"] = {"from": os.path.basename(args.init), "state": ck.get("state", {})}
+    log(f"initialized from {args.init} ({ck.get('state', {})}); optimizer and schedule new")
+  # A session is a machine: a restart on the machine that made the last session's robotic pool
+  # (still in --work) continues that session; anything else starts the next one.
+  session = extra["session"]
+  if not glob.glob(os.path.join(args.work, f"robot_s{session}_*.npz")):
+    session += 1
   extra.update(session=session, plan_hours=args.plan_hours)
   rng = np.random.default_rng(args.seed + 7919 * session)
   if "np_rng" in extra:
@@ -491,7 +411,11 @@ def main():
 
   t_start = time.time()
   last_log = last_ckpt = last_probe = time.time()
-  sess_audio, sess_t0, losses, last_lr = 0.0, time.time(), [], 0.0
+  # Time that counts for the end-to-end rate: every iteration's wall time, except that an
+  # iteration 20 s longer than usual (SIGSTOP while something else is timed) counts as usual.
+  sess_audio, active_s, losses, last_lr = 0.0, 0.0, [], 0.0
+  sess_t0 = t_iter = time.time()
+  log_audio, log_active = 0.0, 0.0
   batch_frames = int(args.batch_seconds * 100)
   weights = [args.natural_frac, 1 - args.natural_frac][:len(pools)]
   while not stop["now"] and (time.time() - t_start) < args.train_min * 60 \
@@ -504,21 +428,34 @@ def main():
     sess_audio += src_s
     losses.append(loss)
     now = time.time()
+    dt, t_iter = now - t_iter, now
+    active_s += dt if dt < 20 else 2.0
     if now - last_log >= args.log_s or trainer.step_count <= 3:
       log(f"step {trainer.step_count} loss {np.mean(losses[-50:]):.3f} gn {gn:.2f} "
           f"lr {last_lr:.2e} bs {len(texts)} x {feats.shape[2] / 100:.1f} s | seen "
           f"{trainer.state['audio_s'] / 3600:.2f} h (plan {progress * 100:.1f}%) | session "
-          f"{sess_audio / 3600:.2f} h at {sess_audio / (now - sess_t0):.1f}x real time end to end")
-      last_log = now
+          f"{sess_audio / 3600:.2f} h, end to end {sess_audio / max(active_s, 1e-3):.1f}x real "
+          f"time ({(sess_audio - log_audio) / max(active_s - log_active, 1e-3):.1f}x lately)")
+      last_log, log_audio, log_active = now, sess_audio, active_s
     if now - last_probe >= args.probe_min * 60:
       record(run_probe(), float(np.mean(losses[-200:])))
       last_probe = time.time()
     if stop["save"] or now - last_ckpt >= args.ckpt_min * 60:
       save("periodic" if not stop["save"] else "SIGUSR1")
       stop["save"], last_ckpt = False, time.time()
-  log(f"session {session} stops: {sess_audio / 3600:.2f} h of audio in "
-      f"{(time.time() - sess_t0) / 60:.1f} min ({sess_audio / max(1, time.time() - sess_t0):.1f}x "
-      f"real time while training; setup before it took {sess_t0 - t_begin:.0f} s)")
+  log(f"session {session} stops: {sess_audio / 3600:.2f} h of audio in {active_s / 60:.1f} min "
+      f"of training ({sess_audio / max(1.0, active_s):.1f}x real time end to end: batches, "
+      f"probes and checkpoints; {(time.time() - sess_t0 - active_s) / 60:.1f} min paused); "
+      f"setup before it took {sess_t0 - t_begin:.0f} s")
+  runs = extra.setdefault("sessions", [])
+  if not runs or runs[-1]["session"] != session:
+    runs.append({"session": session, "date": time.strftime("%Y-%m-%d"), "audio_h": 0.0,
+                 "train_min": 0.0, "setup_s": 0})
+  r = runs[-1]  # a restart within the session adds to it
+  r["audio_h"] = round(r["audio_h"] + sess_audio / 3600, 2)
+  r["train_min"] = round(r["train_min"] + active_s / 60, 1)
+  r["setup_s"] += round(sess_t0 - t_begin)
+  r["x_real_time"] = round(r["audio_h"] * 60 / max(r["train_min"], 1e-3), 1)
   save("end of session")
   if losses:
     record(run_probe(), float(np.mean(losses[-200:])))

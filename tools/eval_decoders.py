@@ -141,6 +141,8 @@ def run_whisper(python, model, files):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--transcribe", default=os.path.join(ROOT, "build/tools/jasper-transcribe"))
+    ap.add_argument("--model-dir", help="the model folder jasper-transcribe loads (default: "
+                    "its own default, the first folder under models/)")
     ap.add_argument("--pocketsphinx-python", help="a Python with PyPI pocketsphinx installed")
     ap.add_argument("--decoders", default="greedy,beam-nolm,beam")
     ap.add_argument("--whisper-python", help="a Python with PyPI faster-whisper installed")
@@ -171,7 +173,8 @@ def main():
                 elif c == "whisper-base":
                     hyps = run_whisper(args.whisper_python, args.whisper_model, files)
                 else:
-                    hyps = run_jasper(args.transcribe, files, decoders[c])
+                    model = [f"--model_dir={args.model_dir}"] if args.model_dir else []
+                    hyps = run_jasper(args.transcribe, files, model + decoders[c])
                 errors = sum(edits(r, h.split()) for r, h in zip(refs, hyps))
                 cells.append(f"{100.0 * errors / max(words, 1):.1f} %")
             print(f"| {name} | {len(items)} | {words} | " + " | ".join(cells) + " |", flush=True)
