@@ -33,6 +33,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,10 +46,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import train_core  # noqa: E402
-from train_data import Pool, fixed_copies, fft_resample, sample_entries  # noqa: E402,F401
+from pack_speech_data import read_shard, shard_prefixes  # noqa: E402
+from train_data import Pool, fixed_copies, fft_resample, sample_entries  # noqa: E402
 
 SR = 16000
-HOP = 160
 CACHE_VERSION = 1
 DEFAULT_STATE = os.path.join(HERE, "training_data", "cpu_run", "state.pt")
 
@@ -72,20 +73,25 @@ def _log_mel16(x):
   return mel[0, :, :int(n[0])].numpy().astype(np.float16)
 
 
+class _SoundfileReader:
+  """pack_speech_data.read_shard's reader, through the soundfile package (installed here)."""
+
+  @staticmethod
+  def read_int16(path):
+    import soundfile as sf
+    x, sr = sf.read(path, dtype="int16")
+    return (x.mean(axis=1).astype(np.int16) if x.ndim > 1 else x), sr
+
+
 def natural_shard_job(args):
   """(shard prefix, copies, seed) -> [(text, [fp16 log-mel [64, T] per copy])]."""
   prefix, copies, seed = args
-  import soundfile as sf
-  audio, sr = sf.read(prefix + ".ogg", dtype="float32")
-  if sr != SR:
-    raise ValueError(f"{prefix}.ogg: {sr} Hz, expected {SR}")
   rng = np.random.default_rng(seed)
   out = []
-  for line in open(prefix + ".tsv"):
-    start, n, _voice, text = line.rstrip("\n").split("\t")
-    x = audio[int(start):int(start) + int(n)]
-    if len(x) < SR // 4 or not text:
+  for a, text, _voice in read_shard(prefix, _SoundfileReader):
+    if len(a) < SR // 4 or not text:
       continue
+    x = a.astype(np.float32) / 32768.0
     out.append((text, [_log_mel16(y) for y in fixed_copies(x, rng, copies)]))
   return out
 
@@ -97,9 +103,7 @@ def robot_job(args):
   from gpu_train_job import robot_voice
   rng = random.Random(seed)
   nrng = np.random.default_rng(seed)
-  engines = _W.setdefault("engines", [e for e, b in (("espeak", "espeak-ng"), ("flite", "flite"))
-                                      if subprocess.run(["sh", "-c", f"command -v {b}"],
-                                                        capture_output=True).returncode == 0])
+  engines = [e for e, b in (("espeak", "espeak-ng"), ("flite", "flite")) if shutil.which(b)]
   out = []
   for _ in range(count):
     if rng.random() < 0.2:
@@ -120,7 +124,7 @@ def robot_job(args):
 def build_pools(args, session, log):
   """Natural (cached on disk, keyed by the shards and copies) and robotic (per session)."""
   os.makedirs(args.work, exist_ok=True)
-  shards = [p[:-4] for p in sorted(glob.glob(os.path.join(args.natural, "train", "*.tsv")))]
+  shards = shard_prefixes(os.path.join(args.natural, "train"))
   key = hashlib.sha256(json.dumps([CACHE_VERSION, args.variants] + [
       (os.path.basename(p), os.path.getsize(p + ".ogg")) for p in shards]).encode()).hexdigest()
   nat_path = os.path.join(args.work, f"natural_{key[:12]}.npz")
@@ -188,16 +192,22 @@ def noise_textures(torch, feat, rng):
   return torch.stack(out)[:, :, :2000], floor
 
 
+def pad_log_mel(torch, mels):
+  """[fp16 log-mel [64, T_i]] -> float32 [B, 64, max T] padded with log(2^-24) (silence), and
+  the lengths [B]."""
+  T = max(m.shape[1] for m in mels)
+  out = torch.full((len(mels), 64, T), float(np.log(2 ** -24)))
+  for i, m in enumerate(mels):
+    out[i, :, :m.shape[1]] = torch.from_numpy(m.astype(np.float32))
+  return out, torch.tensor([m.shape[1] for m in mels])
+
+
 def make_batch(torch, entries, textures, floor, rng, g, augment=True):
   """entries [(fp16 log-mel [64, T], text)] -> normalized features [B, 64, T16], lengths,
   texts; with augment: gain, noise, babble, SpecAugment (see the module doc)."""
   from quartznet_torch import normalize_per_feature
-  B = len(entries)
-  T = max(e[0].shape[1] for e in entries)
-  mel = torch.full((B, 64, T), float(np.log(2 ** -24)))
-  lens = torch.tensor([e[0].shape[1] for e in entries])
-  for i, (m, _) in enumerate(entries):
-    mel[i, :, :m.shape[1]] = torch.from_numpy(m.astype(np.float32))
+  mel, lens = pad_log_mel(torch, [m for m, _ in entries])
+  B, T = len(entries), mel.shape[2]
   if augment:
     valid = (torch.arange(T)[None, :] < lens[:, None]).float()[:, None, :]
     P = (torch.exp(mel) - 2 ** -24).clamp(min=0) * valid
@@ -234,27 +244,20 @@ def probe_batches(torch, items, bs=32):
   out = []
   for s in range(0, len(order), bs):
     chunk = [items[i] for i in order[s:s + bs]]
-    T = max(m.shape[1] for _, m, _ in chunk)
-    mel = torch.full((len(chunk), 64, T), float(np.log(2 ** -24)))
-    lens = torch.tensor([m.shape[1] for _, m, _ in chunk])
-    for i, (_, m, _) in enumerate(chunk):
-      mel[i, :, :m.shape[1]] = torch.from_numpy(m.astype(np.float32))
+    mel, lens = pad_log_mel(torch, [m for _, m, _ in chunk])
     out.append((normalize_per_feature(mel, lens), lens, [t for t, _, _ in chunk],
                 [src for _, _, src in chunk]))
   return out
 
 
 def load_probe(torch, folder):
-  import soundfile as sf
   from quartznet_torch import Featurizer
   feat = Featurizer().eval()
   items = []
-  for prefix in [p[:-4] for p in sorted(glob.glob(os.path.join(folder, "probe", "*.tsv")))]:
-    audio, _ = sf.read(prefix + ".ogg", dtype="float32")
-    for line in open(prefix + ".tsv"):
-      start, n, voice, text = line.rstrip("\n").split("\t")
-      x = audio[int(start):int(start) + int(n)]
-      x = x / (np.abs(x).max() + 1e-9) * 0.5
+  for prefix in shard_prefixes(os.path.join(folder, "probe")):
+    for a, text, voice in read_shard(prefix, _SoundfileReader):
+      x = a.astype(np.float32)
+      x *= np.float32(0.5) / (np.abs(x).max() + np.float32(1e-9))
       mel, ln = feat.log_mel(torch.from_numpy(x)[None], torch.tensor([len(x)]))
       items.append((text, mel[0, :, :int(ln[0])].numpy().astype(np.float16),
                     voice.split(":")[0]))
@@ -273,7 +276,6 @@ def export(torch, state_path, out_dir, name, lm):
     subprocess.run([sys.executable, os.path.join(HERE, "export_model.py"), "--ckpt", ck,
                     "--out", out_dir, "--name", name], check=True)
   if lm:
-    import shutil
     shutil.copyfile(lm, os.path.join(out_dir, "lm.bin"))
     cfg_path = os.path.join(out_dir, "model.json")
     cfg = json.load(open(cfg_path))
@@ -352,8 +354,7 @@ def main():
       sys.exit(f"error: {args.init} is not a {args.arch} checkpoint")
     trainer.model.load_state_dict({k: v.float() if v.is_floating_point() else v
                                    for k, v in ck["model"].items()})
-    trainer.ema = {k: v.detach().clone().float() for k, v in
-                   trainer.model.state_dict().items() if v.is_floating_point()}
+    trainer.reset_ema()
     extra["init"] = {"from": os.path.basename(args.init), "state": ck.get("state", {})}
     log(f"initialized from {args.init} ({ck.get('state', {})}); optimizer and schedule new")
   # A session is a machine: a restart on the machine that made the last session's robotic pool
@@ -399,12 +400,13 @@ def main():
         f"{args.state}")
 
   def record(r, loss):
+    os.makedirs(os.path.dirname(curve), exist_ok=True)
     new = not os.path.exists(curve)
     with open(curve, "a") as f:
       if new:
         f.write("date\tsession\tstep\taudio_h\ttrain_h\tlr\tloss\tprobe_wer\tprobe_cer\n")
-      w = sum(v["wer"] * v["utts"] for v in r.values()) / max(1, sum(v["utts"] for v in r.values()))
-      c = sum(v["cer"] * v["utts"] for v in r.values()) / max(1, sum(v["utts"] for v in r.values()))
+      n = max(1, sum(v["utts"] for v in r.values()))
+      w, c = (sum(v[k] * v["utts"] for v in r.values()) / n for k in ("wer", "cer"))
       f.write(f"{time.strftime('%Y-%m-%d %H:%M')}\t{session}\t{trainer.step_count}\t"
               f"{trainer.state['audio_s'] / 3600:.2f}\t{trainer.state['train_s'] / 3600:.3f}\t"
               f"{last_lr:.2e}\t{loss:.3f}\t{w:.4f}\t{c:.4f}\n")

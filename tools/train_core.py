@@ -96,8 +96,7 @@ class Trainer:
     self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=wd,
                                  betas=(0.9, 0.98), **({"fused": True} if fused else {}))
     self.ema_decay = ema_decay
-    self.ema = {k: v.detach().clone().float() for k, v in self.model.state_dict().items()
-                if v.is_floating_point()}
+    self.reset_ema()
     self.state = {"step": 0, "audio_s": 0.0, "train_s": 0.0}
     self.nparams = sum(p.numel() for p in self.model.parameters())
 
@@ -133,6 +132,11 @@ class Trainer:
   @property
   def step_count(self):
     return self.state["step"]
+
+  def reset_ema(self):
+    """The EMA restarts from the model's current values (FP32)."""
+    self.ema = {k: v.detach().clone().float() for k, v in self.model.state_dict().items()
+                if v.is_floating_point()}
 
   def update_ema(self):
     # Early steps weigh more (the usual min(decay, (1 + n) / (10 + n)) warm-up of the decay).
