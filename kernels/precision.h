@@ -1,7 +1,8 @@
 // The one precision enum of the project: the element type of activations and GEMM operands on
 // the device (the CUDA kernels, the CUDA backend, BackendOptions, the server's --gpu_precision).
 // Accumulation is FP32 always; kFp32 runs the GEMM with FP32 FMA on CUDA cores, kFp16/kBf16 on
-// tensor cores. The CPU backend computes in FP32 whatever the setting.
+// tensor cores. The CPU kernels (BackendOptions::cpu_precision, the server's --cpu_precision)
+// take kFp32 and kBf16 (AMX tiles where the CPU has them).
 #ifndef JASPER_KERNELS_PRECISION_H_
 #define JASPER_KERNELS_PRECISION_H_
 

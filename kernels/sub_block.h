@@ -28,8 +28,11 @@
 #define JASPER_KERNELS_SUB_BLOCK_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <vector>
+
+#include "kernels/precision.h"
 
 namespace jasper::kernels {
 
@@ -85,19 +88,6 @@ void SubBlockReference(const SubBlockDesc& desc, const SubBlockWeights& weights,
                        const BatchGeometry& geometry, const ResidualInput* residuals,
                        int num_residuals, float* y);
 
-// Fused CPU sub-block with OpenBLAS (kernels/cpu/blas_sub_block.cc, library jasper_kernels_blas:
-// the tests' second oracle and the benchmark's comparison; the backend runs the packed variant
-// below). Time-tiled (256 output frames). Separable: the tile's depthwise output
-// stays in cache and feeds one pointwise GEMM. Dense: one GEMM per tap on shifted views of the
-// input, summed into the output tile (no im2col: OpenBLAS re-packs the weights per call, so large
-// tiles win and im2col of a large tile would not fit in cache). Residual GEMMs accumulate into
-// the same tile; bias + ReLU + mask are applied in one pass. `workspace` must hold
-// FusedSubBlockWorkspaceFloats(desc) floats and is not read before it is written. No allocation.
-std::size_t FusedSubBlockWorkspaceFloats(const SubBlockDesc& desc);
-void FusedSubBlockCpu(const SubBlockDesc& desc, const SubBlockWeights& weights, const float* x,
-                      const BatchGeometry& geometry, const ResidualInput* residuals,
-                      int num_residuals, float* workspace, float* y);
-
 // ---------------------------------------------------------------------------------------------
 // Packed CPU path: the weights of one sub-block packed once (at model load) for the CPU GEMM
 // micro-kernel, then run many times.
@@ -125,29 +115,48 @@ struct CacheLineAllocator {
 };
 using AlignedFloats = std::vector<float, CacheLineAllocator<float>>;
 
-// One sub-block's weights in the micro-kernel's layout. The GEMM's B matrix is the pointwise (or
-// dense) weight with the residual branches' 1x1 weights concatenated along K:
+// One sub-block's weights in the micro-kernels' layouts. The GEMM's B matrix is the pointwise
+// (or dense) weight with the residual branches' 1x1 weights concatenated along K:
 //   B = [W_main; W_res0; W_res1; ...],  W_main = [C_in, C_out] (separable) or [K*C_in, C_out]
-// stored as column panels of 16: b[p][k][16] for p < n_panels (columns past C_out are zero), so
-// one GEMM computes conv + all residual 1x1 convs, and the epilogue (bias, activation) runs
-// while the output tile is in registers. Built by PackSubBlock; owns its memory; immutable
+// so one GEMM computes conv + all residual 1x1 convs, and the epilogue (bias, activation) runs
+// on the output tile before it is stored. Built by PackSubBlock; owns its memory; immutable
 // afterwards, so one instance may be shared by any number of threads.
+//
+// precision kFp32: B as column panels of 16 FP32, b[p][k][16] for p < n_panels (columns past
+//   C_out are zero).
+// precision kBf16: B rounded to BF16 (round to nearest even) in the AMX tile layout: K in groups
+//   padded to multiples of 32 (W_main: one group of C_in per tap, each padded to c_in_pad;
+//   W_res_p: padded to res_k0_pad[p+1] - res_k0_pad[p]), k_pad rows in all; pairs of K rows
+//   interleaved per column: b_bf16[p][k / 2][16][2] for p < n_panels rounded up to even (so the
+//   GEMM always runs 32-column blocks; padding is zero). The depthwise weights and the bias
+//   stay FP32; activations stay FP32 between sub-blocks and are rounded to BF16 as the GEMM
+//   reads them, with FP32 accumulation.
 struct PackedSubBlock {
   SubBlockDesc desc;
-  bool valid = false;                  // false: invalid descriptor, kernels do nothing
-  int k_main = 0;                      // rows of W_main in b
-  int k_total = 0;                     // k_main + sum(residual_channels)
-  int n_panels = 0;                    // ceil(C_out / 16)
-  std::vector<int> residual_channels;  // C of each residual branch, in order
-  AlignedFloats b;                     // [n_panels][k_total][16]
-  AlignedFloats bias;                  // [n_panels * 16], zero when there is no bias
-  AlignedFloats depthwise;             // separable: [ceil(C_in/16)][K][16]
+  Precision precision = Precision::kFp32;  // kFp32 or kBf16
+  bool valid = false;                      // false: invalid descriptor, kernels do nothing
+  int k_main = 0;                          // rows of W_main
+  int k_total = 0;                         // k_main + sum(residual_channels)
+  int n_panels = 0;                        // ceil(C_out / 16)
+  std::vector<int> residual_channels;      // C of each residual branch, in order
+  AlignedFloats b;                         // kFp32: [n_panels][k_total][16]
+  // kBf16 only:
+  int c_in_pad = 0;             // C_in rounded up to 32
+  int k_pad = 0;                // padded K of b_bf16 (W_main and every W_res_p)
+  std::vector<int> res_k0_pad;  // [num_residuals + 1]: padded first row of W_res_p; last = k_pad
+  std::vector<std::uint16_t, CacheLineAllocator<std::uint16_t>> b_bf16;
+  AlignedFloats bias;       // [n_panels * 16], zero when there is no bias
+  AlignedFloats depthwise;  // separable: [ceil(C_in/16)][K][16]
 };
 
 // Packs `weights` and the residual branches' weights (residuals[p].weight, .channels; .x is not
-// read). Allocates; call once per sub-block at load time.
+// read) for `precision` (kFp32 or kBf16; anything else gives an invalid block). Allocates; call
+// once per sub-block at load time. Any CPU can pack and run either precision: kBf16 runs on AMX
+// tiles when kernels::ActiveCpuIsa() is kAmx (cpu_features.h), else on a portable path with the
+// same BF16 rounding (slow: for tests and for machines without AMX that ask for BF16).
 PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& weights,
-                            const ResidualInput* residuals, int num_residuals);
+                            const ResidualInput* residuals, int num_residuals,
+                            Precision precision = Precision::kFp32);
 
 // Workspace floats FusedSubBlockCpuPacked needs for `packed` (independent of the batch).
 std::size_t PackedSubBlockWorkspaceFloats(const PackedSubBlock& packed);
@@ -156,16 +165,20 @@ std::size_t PackedSubBlockWorkspaceFloats(const PackedSubBlock& packed);
 // FP32 summation order). residual_x[p] is the p-th residual branch's input, [batch, out_time,
 // packed.residual_channels[p]] (may be null when there are none). Rows of several utterances
 // are stacked into one GEMM tile (separable and 1x1 sub-blocks), so small T and large batches
-// keep the micro-kernel busy. AVX2+FMA micro-kernel when the CPU has it, else portable vector
-// code. `workspace` must hold PackedSubBlockWorkspaceFloats(packed) floats; it is not read
-// before it is written. Single-threaded; no allocation.
+// keep the micro-kernel busy. kFp32: the AVX-512 or AVX2+FMA micro-kernel by
+// kernels::ActiveCpuIsa(), else portable vector code; kBf16: see PackSubBlock. The result
+// matches the reference within FP32 summation-order error (kFp32) or the BF16 rounding of the
+// GEMM's operands (kBf16: relative 2^-7 per product). `workspace` must hold
+// PackedSubBlockWorkspaceFloats(packed) floats; it is not read before it is written.
+// Single-threaded; no allocation.
 void FusedSubBlockCpuPacked(const PackedSubBlock& packed, const float* x,
                             const BatchGeometry& geometry, const float* const* residual_x,
                             float* workspace, float* y);
 
 // One part of FusedSubBlockCpuPacked, for intra-op threading (0 <= part < num_parts, else it
 // does nothing). The batch's valid output frames, stacked in batch order, are cut into
-// num_parts contiguous ranges of near-equal size (whole 6-row micro-kernel blocks; trailing
+// num_parts contiguous ranges of near-equal size (whole blocks of 12 rows for kFp32, the FP32
+// micro-kernels' row counts, and of 32 for kBf16, the AMX block's; trailing
 // parts may be empty when there are fewer rows than parts); this call computes the frames of its
 // range, in tiles of up to 256 rows, and zero-fills the frames past out_lengths[b] of the
 // utterances with b % num_parts == part. Running every part once writes every element of `y`

@@ -9,11 +9,14 @@
 //   max |fused - reference| <= 1e-5 * sqrt(n) * max |reference|
 // over the valid frames (both are FP32; they differ only in summation order and FMA use), and
 // frames past out_lengths must be exactly 0. (Observed errors stay below 1% of this bound.)
+// The packed kernel runs on every path this CPU has (each ISA level of kernels/cpu_features.h in
+// turn, FP32 and BF16); BF16 is held to the bound of its operands' rounding (CheckBf16).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <ostream>
 #include <random>
@@ -22,6 +25,8 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/blas_sub_block.h"
+#include "kernels/cpu_features.h"
 #include "kernels/sub_block.h"
 
 namespace jasper::kernels {
@@ -133,6 +138,122 @@ void Garble(std::vector<float>& v, int batch, int time, int channels, const std:
   }
 }
 
+// The packed kernel's paths on this CPU: every ISA level up to the active one with FP32 (AMX
+// runs FP32 like AVX-512), and BF16 on the portable loops and, where the CPU has it, on AMX.
+struct Variant {
+  CpuIsa isa;
+  Precision precision;
+  std::string Name() const {
+    return std::string(CpuIsaName(isa)) + (precision == Precision::kBf16 ? "/bf16" : "/fp32");
+  }
+};
+
+std::vector<Variant> Variants() {
+  const CpuIsa top = ActiveCpuIsa();
+  std::vector<Variant> variants;
+  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (isa <= top) variants.push_back({isa, Precision::kFp32});
+  }
+  variants.push_back({CpuIsa::kBaseline, Precision::kBf16});
+  if (top == CpuIsa::kAmx) variants.push_back({CpuIsa::kAmx, Precision::kBf16});
+  return variants;
+}
+
+// Caps the kernels' ISA level for a scope (kernels/cpu_features.h).
+class ScopedIsa {
+ public:
+  explicit ScopedIsa(CpuIsa cap) : previous_(SetCpuIsaCap(cap)) {}
+  ~ScopedIsa() { SetCpuIsaCap(previous_); }
+  ScopedIsa(const ScopedIsa&) = delete;
+  ScopedIsa& operator=(const ScopedIsa&) = delete;
+
+ private:
+  CpuIsa previous_;
+};
+
+std::vector<float> Abs(std::vector<float> v) {
+  for (float& e : v) e = std::fabs(e);
+  return v;
+}
+
+// The reference on |x|, |weights| and |residuals|, no bias, identity: per output, the sum of
+// |a_k| |b_k| over the GEMM's products (an upper bound of it for the depthwise rows), which
+// bounds BF16's rounding error.
+std::vector<float> AbsReference(const Case& c, const SubBlockDesc& desc, const SubBlockWeights& w,
+                                const std::vector<float>& x, const BatchGeometry& g,
+                                const std::vector<std::vector<float>>& res_x,
+                                const std::vector<std::vector<float>>& res_w) {
+  SubBlockDesc abs_desc = desc;
+  abs_desc.activation = Activation::kIdentity;
+  const int k = c.kernel_size;
+  std::vector<float> dw;
+  if (c.separable) dw = Abs(std::vector<float>(w.depthwise, w.depthwise + k * c.in_channels));
+  const std::size_t w_size =
+      static_cast<std::size_t>(c.separable ? 1 : k) * c.in_channels * c.out_channels;
+  const std::vector<float> weight = Abs(std::vector<float>(w.weight, w.weight + w_size));
+  SubBlockWeights abs_w;
+  abs_w.depthwise = c.separable ? dw.data() : nullptr;
+  abs_w.weight = weight.data();
+  std::vector<std::vector<float>> ax, aw;
+  std::vector<ResidualInput> residuals;
+  for (std::size_t p = 0; p < res_x.size(); ++p) {
+    ax.push_back(Abs(res_x[p]));
+    aw.push_back(Abs(res_w[p]));
+  }
+  for (std::size_t p = 0; p < res_x.size(); ++p) {
+    residuals.push_back({ax[p].data(), aw[p].data(), c.residual_channels[p]});
+  }
+  const std::vector<float> abs_x = Abs(x);
+  std::vector<float> y(static_cast<std::size_t>(c.batch) * g.out_time * c.out_channels, kNaN);
+  SubBlockReference(abs_desc, abs_w, abs_x.data(), g, residuals.data(),
+                    static_cast<int>(residuals.size()), y.data());
+  return y;
+}
+
+// BF16 against the FP32 reference. BF16 keeps 8 significant bits (unit roundoff 2^-8), so each
+// product of rounded operands is within (2 * 2^-8 + 2^-16) |a||b| of the exact one, and per
+// element
+//   |bf16 - reference| <= 1.01 * 2^-7 * abs_ref + tol_fp32
+// must hold (abs_ref from AbsReference); and since rounding errors do not all share a sign,
+// the RMS error over the valid frames must stay within 1/64 of the reference's RMS (expected
+// about 1/300), which a dropped or misplaced K chunk would break. Masked frames are exactly
+// zero.
+void CheckBf16(const char* kernel, const std::vector<float>& y, const std::vector<float>& ref,
+               const std::vector<float>& abs_ref, const std::vector<int>& out_len, int batch,
+               int out_time, int c_out, double tol_fp32) {
+  SCOPED_TRACE(kernel);
+  double err2 = 0.0, ref2 = 0.0, max_err = 0.0;
+  int reported = 0;
+  for (int b = 0; b < batch; ++b) {
+    for (int t = 0; t < out_time; ++t) {
+      for (int o = 0; o < c_out; ++o) {
+        const std::size_t i = (static_cast<std::size_t>(b) * out_time + t) * c_out + o;
+        bool bad;
+        if (t >= out_len[b]) {
+          bad = !(ref[i] == 0.0f && y[i] == 0.0f);
+        } else {
+          const double err = std::fabs(double(y[i]) - double(ref[i]));
+          const double bound = 1.01 * std::ldexp(double(abs_ref[i]), -7) + tol_fp32;
+          bad = !std::isfinite(y[i]) || err > bound;
+          if (std::isfinite(y[i])) {
+            max_err = std::max(max_err, err);
+            err2 += err * err;
+            ref2 += double(ref[i]) * ref[i];
+          }
+          if (bad && reported < 5) {
+            ADD_FAILURE() << "b=" << b << " t=" << t << " o=" << o << ": " << y[i]
+                          << " vs reference " << ref[i] << " (bound " << bound << ")";
+          }
+        }
+        if (bad) ++reported;
+      }
+    }
+  }
+  EXPECT_EQ(reported, 0) << reported << " bad elements; max error " << max_err;
+  EXPECT_LE(std::sqrt(err2), std::sqrt(ref2) / 64 + tol_fp32)
+      << "RMS error too large for BF16 rounding";
+}
+
 void RunCase(const Case& c) {
   const std::uint64_t seed = FreshSeed();
   SCOPED_TRACE(testing::Message() << "case " << c.name << ", seed " << seed
@@ -237,17 +358,29 @@ void RunCase(const Case& c) {
                      workspace.data(), y_fast.data());
     check("FusedSubBlockCpu", y_fast);
   }
-  // Fused on packed weights (own micro-kernel, residuals concatenated along K).
-  {
+  // Fused on packed weights, on every path this CPU has (each ISA level in turn, FP32 and BF16).
+  std::vector<float> y_abs;  // BF16's error bound (see the file comment)
+  for (const Variant& v : Variants()) {
+    SCOPED_TRACE(testing::Message() << "path " << v.Name());
+    const ScopedIsa isa(v.isa);
+    const bool bf16 = v.precision == Precision::kBf16;
+    if (bf16 && y_abs.empty()) y_abs = AbsReference(c, desc, w, x, g, res_x, res_w);
     const PackedSubBlock packed =
-        PackSubBlock(desc, w, residuals.data(), static_cast<int>(residuals.size()));
+        PackSubBlock(desc, w, residuals.data(), static_cast<int>(residuals.size()), v.precision);
     ASSERT_TRUE(packed.valid);
     std::vector<const float*> res_ptrs;
     for (const auto& r : res_x) res_ptrs.push_back(r.data());
+    auto check_path = [&](const char* kernel, const std::vector<float>& y_fast) {
+      if (bf16) {
+        CheckBf16(kernel, y_fast, y_ref, y_abs, out_len, c.batch, out_time, c_out, tol);
+      } else {
+        check(kernel, y_fast);
+      }
+    };
     std::vector<float> workspace(PackedSubBlockWorkspaceFloats(packed), kNaN);
     std::vector<float> y_fast(y_size, kNaN);
     FusedSubBlockCpuPacked(packed, x.data(), g, res_ptrs.data(), workspace.data(), y_fast.data());
-    check("FusedSubBlockCpuPacked", y_fast);
+    check_path("FusedSubBlockCpuPacked", y_fast);
     // Split into parts (intra-op threads; here run one after another, each with its own
     // poisoned workspace, and in reverse order so no part relies on another having run): the
     // same bits as one part, every element written. 5 parts outnumber the rows of small cases.
@@ -259,7 +392,7 @@ void RunCase(const Case& c) {
         FusedSubBlockCpuPackedPart(packed, x.data(), g, res_ptrs.data(), parts, part,
                                    part_workspace.data(), y_parts.data());
       }
-      check("FusedSubBlockCpuPackedPart", y_parts);
+      check_path("FusedSubBlockCpuPackedPart", y_parts);
       EXPECT_EQ(0, std::memcmp(y_parts.data(), y_fast.data(), sizeof(float) * y_size))
           << "parts differ from the single-part result";
     }
@@ -269,7 +402,7 @@ void RunCase(const Case& c) {
                                untouched.data());
     FusedSubBlockCpuPackedPart(packed, x.data(), g, res_ptrs.data(), 0, 0, workspace.data(),
                                untouched.data());
-    for (float v : untouched) ASSERT_TRUE(std::isnan(v));
+    for (float u : untouched) ASSERT_TRUE(std::isnan(u));
   }
 }
 
@@ -511,6 +644,74 @@ TEST(WorkspaceTest, IndependentOfGeometryAndBounded) {
   jasper.kernel_size = 29;
   jasper.dilation = 2;
   EXPECT_LT(FusedSubBlockWorkspaceFloats(jasper), std::size_t{4} << 20);
+}
+
+// The probe: one answer per process, levels ordered, the cap lowers and restores the level.
+TEST(CpuFeaturesTest, ProbeIsConsistentAndTheCapWorks) {
+  const CpuFeatures& f = GetCpuFeatures();
+  EXPECT_EQ(&f, &GetCpuFeatures());
+  if (f.best >= CpuIsa::kAvx2) EXPECT_TRUE(f.avx2_fma);
+  if (f.best >= CpuIsa::kAvx512) EXPECT_TRUE(f.avx512);
+  if (f.best == CpuIsa::kAmx) EXPECT_TRUE(f.amx_bf16 && f.amx_permitted && f.avx512_bf16);
+  if (f.amx_bf16 && !f.amx_permitted) EXPECT_FALSE(f.amx_note.empty());
+  EXPECT_LE(ActiveCpuIsa(), f.best);
+  {
+    const ScopedIsa baseline(CpuIsa::kBaseline);
+    EXPECT_EQ(ActiveCpuIsa(), CpuIsa::kBaseline);
+  }
+  const CpuIsa before = ActiveCpuIsa();
+  {
+    const ScopedIsa all(CpuIsa::kAmx);
+    EXPECT_EQ(ActiveCpuIsa(), f.best);
+  }
+  EXPECT_EQ(ActiveCpuIsa(), before);
+  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAmx}) {
+    CpuIsa parsed = CpuIsa::kBaseline;
+    EXPECT_TRUE(ParseCpuIsa(CpuIsaName(isa), &parsed));
+    EXPECT_EQ(parsed, isa);
+  }
+  CpuIsa untouched = CpuIsa::kAvx2;
+  EXPECT_FALSE(ParseCpuIsa("sse9", &untouched));
+  EXPECT_EQ(untouched, CpuIsa::kAvx2);
+  EXPECT_NE(DescribeCpuFeatures().find(CpuIsaName(ActiveCpuIsa())), std::string::npos);
+  std::cout << "CPU: " << DescribeCpuFeatures() << "\n";
+}
+
+// The paths the sweep runs only where the CPU has them, each on a QuartzNet-sized sub-block
+// (C = 256, K = 33, residual), said SKIPPED elsewhere.
+Case QuartzNetLike() {
+  Case c;
+  c.name = "QuartzNetLike";
+  c.kernel_size = 33;
+  c.in_channels = c.out_channels = 256;
+  c.in_time = 130;
+  c.batch = 3;
+  c.residual_channels = {256};
+  return c;
+}
+
+TEST(CpuPathTest, Avx2Fp32) {
+  if (ActiveCpuIsa() < CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2: " << DescribeCpuFeatures();
+  RunCase(QuartzNetLike());
+}
+
+TEST(CpuPathTest, Avx512Fp32) {
+  if (ActiveCpuIsa() < CpuIsa::kAvx512) GTEST_SKIP() << "no AVX-512: " << DescribeCpuFeatures();
+  RunCase(QuartzNetLike());
+}
+
+TEST(CpuPathTest, AmxBf16) {
+  if (ActiveCpuIsa() < CpuIsa::kAmx) GTEST_SKIP() << "no AMX: " << DescribeCpuFeatures();
+  RunCase(QuartzNetLike());
+}
+
+// Packing rejects precisions the CPU kernels do not have.
+TEST(PackSubBlockTest, RejectsFp16) {
+  SubBlockDesc d;
+  d.in_channels = d.out_channels = 4;
+  const std::vector<float> w(16, 1.0f);
+  EXPECT_TRUE(PackSubBlock(d, {nullptr, w.data(), nullptr}, nullptr, 0, Precision::kBf16).valid);
+  EXPECT_FALSE(PackSubBlock(d, {nullptr, w.data(), nullptr}, nullptr, 0, Precision::kFp16).valid);
 }
 
 // Direct log-softmax in long double, without the max shift (the logits are kept modest).

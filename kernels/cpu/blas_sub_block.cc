@@ -24,11 +24,14 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/blas_sub_block.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/sub_block.h"
 
 namespace jasper::kernels {
-namespace cpu_internal {
+namespace {
+
+using cpu_internal::Index;
 
 // Output frames per tile. Measured (one core, Zen 2) on separable C=256/512, K=33..87 and dense
 // C=256..1024: 64 -> 128 -> 256 frames went ~70 -> ~75 -> ~83 GFLOP/s as OpenBLAS's per-call
@@ -63,22 +66,14 @@ void Gemm(int rows, int n, int k, const float* a, int lda, const float* b, float
               n);
 }
 
-}  // namespace cpu_internal
-
-namespace {
-
 using cpu_internal::AlignToLine;
 using cpu_internal::ChannelBlocks;
 using cpu_internal::ClampedLength;
 using cpu_internal::DepthwiseTile;
 using cpu_internal::DepthwiseTileFn;
-using cpu_internal::Epilogue;
-using cpu_internal::Gemm;
-using cpu_internal::Index;
 using cpu_internal::IsPointwiseDense;
 using cpu_internal::kChannelBlock;
 using cpu_internal::kLineFloats;
-using cpu_internal::kTileFrames;
 using cpu_internal::PackDepthwise;
 using cpu_internal::RoundToLine;
 using cpu_internal::StageRows;

@@ -1,6 +1,7 @@
-// Internal helpers shared by the fused CPU sub-block kernels (fused.cc: OpenBLAS GEMMs on the
-// caller's unpacked weights; packed.cc: own micro-kernel on weights packed at load time). Not a
-// public interface: include only from kernels/cpu/*.cc.
+// Internal helpers shared by the fused CPU sub-block kernels (blas_sub_block.cc: OpenBLAS GEMMs
+// on the caller's unpacked weights; packed.cc: own FP32 micro-kernels on weights packed at load
+// time; amx_bf16.cc: the AMX BF16 path). Not a public interface: include only from
+// kernels/cpu/*.cc.
 //
 // Layouts: activations are row-major [rows, channels]. "Channel-blocked" buffers hold
 // [ceil(C / 16)][rows][16] floats (the padding channels of the last block are zero).
@@ -19,6 +20,9 @@
 #define JASPER_X86_DISPATCH 0
 #endif
 #define JASPER_ALWAYS_INLINE inline __attribute__((always_inline))
+// The AVX-512 clones' target (FP32 only: F for the 16-float vectors and FMA, BW/VL/DQ for masks
+// and conversions; cpu_features.h's kAvx512 guarantees all of them).
+#define JASPER_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
 
 namespace jasper::kernels::cpu_internal {
 
@@ -28,15 +32,35 @@ using Index = std::ptrdiff_t;
 // Used instead of plain loops because GCC keeps an array of accumulators in memory (on the
 // stack) across a reduction loop, which ran ~4x slower than register accumulators.
 typedef float Vec8 __attribute__((vector_size(32)));
+// 16 floats: one AVX-512 register (used only inside functions built for AVX-512).
+typedef float Vec16 __attribute__((vector_size(64)));
 constexpr int kVecWidth = 8;
+template <typename V>
+constexpr int kLanes = static_cast<int>(sizeof(V) / sizeof(float));
 // Channels per depthwise block (two vectors).
 constexpr int kChannelBlock = 2 * kVecWidth;
 constexpr Index kLineFloats = 64 / sizeof(float);
 
 // Unaligned load/store. Vectors go by pointer: a by-value 32-byte vector changes the ABI between
 // the baseline and the AVX2 build (-Wpsabi), although these are always inlined.
-JASPER_ALWAYS_INLINE void LoadVec(const float* p, Vec8* v) { std::memcpy(v, p, sizeof(*v)); }
-JASPER_ALWAYS_INLINE void StoreVec(const Vec8* v, float* p) { std::memcpy(p, v, sizeof(*v)); }
+template <typename V>
+JASPER_ALWAYS_INLINE void LoadVec(const float* p, V* v) {
+  std::memcpy(v, p, sizeof(*v));
+}
+template <typename V>
+JASPER_ALWAYS_INLINE void StoreVec(const V* v, float* p) {
+  std::memcpy(p, v, sizeof(*v));
+}
+// *v = {s, s, ...}. By pointer, like LoadVec (a by-value vector return changes the ABI).
+template <typename V>
+JASPER_ALWAYS_INLINE void Broadcast(float s, V* v) {
+  // An initializer list compiles to vbroadcastss (`V{} + s` adds a vaddss).
+  if constexpr (kLanes<V> == 16) {
+    *v = V{s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s};
+  } else {
+    *v = V{s, s, s, s, s, s, s, s};
+  }
+}
 
 inline int ChannelBlocks(int channels) { return (channels + kChannelBlock - 1) / kChannelBlock; }
 
@@ -60,18 +84,37 @@ void StageRowsBlocked(const float* xb, int in_len, Index first, Index rows, int 
 void PackDepthwise(const float* w, int taps, int channels, float* dst);
 
 // Depthwise conv of `frames` output frames: out[frames, channels] (row stride `channels`) from
-// the channel-blocked window (block_stride floats per block) and the packed weights. AVX2+FMA
-// when the CPU has it (chosen once, thread-safe), else the baseline build.
+// the channel-blocked window (block_stride floats per block) and the packed weights. The AVX-512
+// or AVX2+FMA build by kernels::ActiveCpuIsa() (cpu_features.h; read on each call of
+// DepthwiseTile), else the baseline build.
 using DepthwiseTileFn = void (*)(const float* window, Index block_stride, int stride, int dilation,
                                  const float* packed_w, int taps, int channels, int frames,
                                  float* out);
 DepthwiseTileFn DepthwiseTile();
 
-// y[rows, cols] = act(y + bias), one pass over the tile.
-void Epilogue(const float* bias, Activation activation, int rows, int cols, float* y);
+// One K-segment of the GEMM's A: row r of the segment starts at rows[r] + offset (FP32); it covers
+// packed B rows [k0, k0 + k) (unpadded numbering: W_main rows first, then each W_res_p's).
+struct Segment {
+  const float* const* rows;
+  Index offset;
+  int k;
+  int k0;
+};
 
-// y[rows, n] (+)= a[rows, k] * b[k, n], all row-major (OpenBLAS).
-void Gemm(int rows, int n, int k, const float* a, int lda, const float* b, float beta, float* y);
+// y rows (c_rows[r] + column) = act(sum over segments A_s x B_s + bias) for rows [0, rows),
+// rows <= kTileRows. `scratch` is the kernel's own workspace region (GemmScratchFloats floats,
+// cache-line aligned).
+using GemmTileFn = void (*)(const PackedSubBlock& p, const Segment* segments, int num_segments,
+                            int rows, float* const* c_rows, float* scratch);
+constexpr int kTileRows = 256;  // output rows per GEMM tile (see packed.cc)
+
+// The BF16 GEMM (amx_bf16.cc): AMX tiles when kernels::ActiveCpuIsa() is kAmx, else the portable
+// loops; both round A to BF16 as they gather it. For packed.precision == kBf16.
+GemmTileFn GemmTileBf16();
+std::size_t GemmBf16ScratchFloats(const PackedSubBlock& p);
+// Packs B for kBf16 (the fields documented in sub_block.h); p->k_main, k_total, n_panels and
+// residual_channels are already set.
+void PackBf16Weights(const float* w_main, const ResidualInput* residuals, PackedSubBlock* p);
 
 // Offsets in floats rounded up to whole cache lines.
 Index RoundToLine(Index floats);

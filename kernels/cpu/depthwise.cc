@@ -14,14 +14,12 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu_features.h"
 #include "kernels/sub_block.h"
 
 namespace jasper::kernels {
 namespace cpu_internal {
 
-// GNU vector extension: 8 floats, one AVX register (two SSE registers in the baseline build).
-// Used instead of plain loops because GCC keeps an array of accumulators in memory (on the
-// stack) across the tap loop, which ran ~4x slower than register accumulators.
 // Output frames sharing each loaded weight vector: 6 x 2 = 12 accumulators cover the FMA
 // latency x throughput (5 x 2 on Zen 2) and, with the 2 weight vectors, fit the 16 AVX registers
 // (the input is read by the FMAs' memory operand). Staged buffers are 64-byte aligned: unaligned
@@ -96,56 +94,60 @@ void PackDepthwise(const float* w, int taps, int channels, float* dst) {
   }
 }
 
-// Depthwise conv of `Frames` consecutive output frames for one 16-channel block. `window` is the
-// block's staged input ([rows][16]): frame f, tap k reads row f*stride + k*dilation. `w` is the
-// block's packed weights ([K][16]). Writes `valid` (<= 16) channels of each frame to `out`.
-template <int Frames>
+// Depthwise conv of `Frames` consecutive output frames for one 16-channel block (16 / lanes
+// vectors of V per frame). `window` is the block's staged input ([rows][16]): frame f, tap k
+// reads row f*stride + k*dilation. `w` is the block's packed weights ([K][16]). Writes `valid`
+// (<= 16) channels of each frame to `out`.
+template <typename V, int Frames>
 JASPER_ALWAYS_INLINE void DepthwiseBlock(const float* __restrict window, Index row_step,
                                          Index tap_step, const float* __restrict w, int taps,
                                          float* __restrict out, Index out_stride, int valid) {
-  Vec8 acc[Frames][2];
-  for (int f = 0; f < Frames; ++f) acc[f][0] = acc[f][1] = Vec8{};
+  constexpr int kL = kLanes<V>;
+  constexpr int kNv = kChannelBlock / kL;
+  V acc[Frames][kNv];
+  for (int f = 0; f < Frames; ++f) {
+    for (int v = 0; v < kNv; ++v) acc[f][v] = V{};
+  }
   const float* xk = window;
   for (int k = 0; k < taps; ++k, xk += tap_step) {
-    Vec8 w0, w1;
-    LoadVec(w + k * kChannelBlock, &w0);
-    LoadVec(w + k * kChannelBlock + kVecWidth, &w1);
+    V wv[kNv];
+    for (int v = 0; v < kNv; ++v) LoadVec(w + k * kChannelBlock + v * kL, &wv[v]);
     for (int f = 0; f < Frames; ++f) {
-      Vec8 x0, x1;
-      LoadVec(xk + f * row_step, &x0);
-      LoadVec(xk + f * row_step + kVecWidth, &x1);
-      acc[f][0] += w0 * x0;
-      acc[f][1] += w1 * x1;
+      for (int v = 0; v < kNv; ++v) {
+        V x;
+        LoadVec(xk + f * row_step + v * kL, &x);
+        acc[f][v] += wv[v] * x;
+      }
     }
   }
   for (int f = 0; f < Frames; ++f) {
     float* o = out + f * out_stride;
     if (valid == kChannelBlock) {
-      StoreVec(&acc[f][0], o);
-      StoreVec(&acc[f][1], o + kVecWidth);
+      for (int v = 0; v < kNv; ++v) StoreVec(&acc[f][v], o + v * kL);
     } else {
       float lanes[kChannelBlock];
-      StoreVec(&acc[f][0], lanes);
-      StoreVec(&acc[f][1], lanes + kVecWidth);
+      for (int v = 0; v < kNv; ++v) StoreVec(&acc[f][v], lanes + v * kL);
       std::memcpy(o, lanes, sizeof(float) * valid);
     }
   }
 }
 
-// Stride-1 depthwise of `Frames` consecutive output frames for 8 channels (one vector: half of a
-// 16-channel block). Taps go in pairs (k, k+1): each input row of the pair's span is loaded once
-// and feeds tap k of frame j and tap k+1 of frame j - Dil from registers, so a pair costs
-// Frames + Dil + 2 loads for 2 * Frames FMAs (12 frames: 15 loads per 24 FMAs, where
-// DepthwiseBlock<6> needs 14 per 12). Registers: Frames accumulators + 2 weights + 1 input = 15
-// of AVX2's 16. The sum per output still runs over the taps in ascending order. `window` and `w`
-// point at this half's first lane; rows are kChannelBlock floats apart. Writes `valid` (1..8)
-// channels of each frame.
-template <int Frames, int Dil>
-JASPER_ALWAYS_INLINE void DepthwiseHalfPairs(const float* __restrict window,
-                                             const float* __restrict w, int taps,
-                                             float* __restrict out, Index out_stride, int valid) {
-  Vec8 acc[Frames];
-  for (int f = 0; f < Frames; ++f) acc[f] = Vec8{};
+// Stride-1 depthwise of `Frames` consecutive output frames for one vector of channels (8 lanes:
+// half of a 16-channel block; 16 lanes: all of it). Taps go in pairs (k, k+1): each input row
+// of the pair's span is loaded once and feeds tap k of frame j and tap k+1 of frame j - Dil from
+// registers, so a pair costs Frames + Dil + 2 loads for 2 * Frames FMAs (AVX2, 12 frames: 15
+// loads per 24 FMAs, where DepthwiseBlock<6> needs 14 per 12; AVX-512, 24 frames: 27 per 48).
+// Registers: Frames accumulators + 2 weights + 1 input (15 of AVX2's 16, 27 of AVX-512's 32).
+// The sum per output still runs over the taps in ascending order. `window` and `w` point at this
+// vector's first lane; rows are kChannelBlock floats apart. Writes `valid` (1..lanes) channels
+// of each frame.
+template <typename V, int Frames, int Dil>
+JASPER_ALWAYS_INLINE void DepthwisePairs(const float* __restrict window, const float* __restrict w,
+                                         int taps, float* __restrict out, Index out_stride,
+                                         int valid) {
+  constexpr int kL = kLanes<V>;
+  V acc[Frames];
+  for (int f = 0; f < Frames; ++f) acc[f] = V{};
   int k = 0;
   for (; k + 2 <= taps; k += 2) {
     const float* xk = window + static_cast<Index>(k) * Dil * kChannelBlock;
@@ -154,18 +156,23 @@ JASPER_ALWAYS_INLINE void DepthwiseHalfPairs(const float* __restrict window,
     // across iterations in registers (predictive commoning) and spills the accumulators.
     asm("" : "+r"(xk));
 #endif
-    Vec8 w0, w1;
+    V w0, w1;
     LoadVec(w + static_cast<Index>(k) * kChannelBlock, &w0);
     LoadVec(w + static_cast<Index>(k + 1) * kChannelBlock, &w1);
-#pragma GCC unroll 16
+#pragma GCC unroll 32
     for (int j = 0; j < Frames + Dil; ++j) {
-      Vec8 x;
+      V x;
       LoadVec(xk + j * kChannelBlock, &x);
 #if defined(__GNUC__) && !defined(__clang__)
       // One load into a register, used by both taps: GCC would otherwise fold the load into
-      // both FMAs (two loads). Clang keeps it in a register by itself, and rejects a 32-byte
-      // "x" operand in a template it checks outside the AVX2 clone's target.
-      asm("" : "+x"(x));
+      // both FMAs (two loads). Clang keeps it in a register by itself, and rejects a vector
+      // operand in a template it checks outside the clone's target. "v": any of the 32 AVX-512
+      // registers; "x": the 16 of AVX2.
+      if constexpr (kL == 16) {
+        asm("" : "+v"(x));
+      } else {
+        asm("" : "+x"(x));
+      }
 #endif
       if (j < Frames) acc[j] += w0 * x;
       if (j >= Dil) acc[j - Dil] += w1 * x;
@@ -173,52 +180,51 @@ JASPER_ALWAYS_INLINE void DepthwiseHalfPairs(const float* __restrict window,
   }
   if (k < taps) {  // odd tap count: the last tap alone
     const float* xk = window + static_cast<Index>(k) * Dil * kChannelBlock;
-    Vec8 w0;
+    V w0;
     LoadVec(w + static_cast<Index>(k) * kChannelBlock, &w0);
-#pragma GCC unroll 16
+#pragma GCC unroll 32
     for (int f = 0; f < Frames; ++f) {
-      Vec8 x;
+      V x;
       LoadVec(xk + f * kChannelBlock, &x);
       acc[f] += w0 * x;
     }
   }
   for (int f = 0; f < Frames; ++f) {
     float* o = out + f * out_stride;
-    if (valid == kVecWidth) {
+    if (valid == kL) {
       StoreVec(&acc[f], o);
     } else {
-      float lanes[kVecWidth];
+      float lanes[kL];
       StoreVec(&acc[f], lanes);
       std::memcpy(o, lanes, sizeof(float) * valid);
     }
   }
 }
 
-// Frames per DepthwiseHalfPairs call.
-constexpr int kPairFrames = 12;
-
-// Frames [0, frames - frames % kPairFrames) of one 16-channel block with DepthwiseHalfPairs
-// (stride 1, dilation Dil); returns the number of frames done.
-template <int Dil>
+// Frames [0, frames - frames % Frames) of one 16-channel block with DepthwisePairs (stride 1,
+// dilation Dil); returns the number of frames done.
+template <typename V, int Frames, int Dil>
 JASPER_ALWAYS_INLINE int DepthwisePairsBlock(const float* win, const float* w, int taps, int frames,
                                              float* out, Index out_stride, int valid) {
-  const int done = frames - frames % kPairFrames;
-  for (int half = 0; half < 2; ++half) {
-    const int lanes = std::min(kVecWidth, valid - half * kVecWidth);
+  constexpr int kL = kLanes<V>;
+  const int done = frames - frames % Frames;
+  for (int part = 0; part < kChannelBlock / kL; ++part) {
+    const int lanes = std::min(kL, valid - part * kL);
     if (lanes <= 0) break;
-    for (int f = 0; f < done; f += kPairFrames) {
-      DepthwiseHalfPairs<kPairFrames, Dil>(
-          win + static_cast<Index>(f) * kChannelBlock + half * kVecWidth, w + half * kVecWidth,
-          taps, out + static_cast<Index>(f) * out_stride + half * kVecWidth, out_stride, lanes);
+    for (int f = 0; f < done; f += Frames) {
+      DepthwisePairs<V, Frames, Dil>(
+          win + static_cast<Index>(f) * kChannelBlock + part * kL, w + part * kL, taps,
+          out + static_cast<Index>(f) * out_stride + part * kL, out_stride, lanes);
     }
   }
   return done;
 }
 
 // Depthwise conv of a whole tile: out[frames, channels] from the channel-blocked window.
-// kPairs: stride-1 tiles with dilation 1 or 2 use DepthwiseHalfPairs for whole groups of
-// kPairFrames frames (needs 16 vector registers: the AVX2 build only).
-template <bool kPairs>
+// PairFrames > 0: stride-1 tiles with dilation 1 or 2 use DepthwisePairs for whole groups of
+// PairFrames frames (it needs 16 vector registers for 8 lanes, 32 for 16: the AVX2 and AVX-512
+// builds only).
+template <typename V, int PairFrames>
 JASPER_ALWAYS_INLINE void DepthwiseTileImpl(const float* window, Index block_stride, int stride,
                                             int dilation, const float* packed_w, int taps,
                                             int channels, int frames, float* out) {
@@ -230,14 +236,16 @@ JASPER_ALWAYS_INLINE void DepthwiseTileImpl(const float* window, Index block_str
     const float* win = window + blk * block_stride;
     const float* w = packed_w + static_cast<Index>(blk) * taps * kChannelBlock;
     int f = 0;
-    if (kPairs && stride == 1 && dilation == 1) {
-      f = DepthwisePairsBlock<1>(win, w, taps, frames, out + c0, channels, valid);
-    } else if (kPairs && stride == 1 && dilation == 2) {
-      f = DepthwisePairsBlock<2>(win, w, taps, frames, out + c0, channels, valid);
+    if constexpr (PairFrames > 0) {
+      if (stride == 1 && dilation == 1) {
+        f = DepthwisePairsBlock<V, PairFrames, 1>(win, w, taps, frames, out + c0, channels, valid);
+      } else if (stride == 1 && dilation == 2) {
+        f = DepthwisePairsBlock<V, PairFrames, 2>(win, w, taps, frames, out + c0, channels, valid);
+      }
     }
     for (; f + kFrameBlock <= frames; f += kFrameBlock) {
-      DepthwiseBlock<kFrameBlock>(win + f * row_step, row_step, tap_step, w, taps,
-                                  out + static_cast<Index>(f) * channels + c0, channels, valid);
+      DepthwiseBlock<V, kFrameBlock>(win + f * row_step, row_step, tap_step, w, taps,
+                                     out + static_cast<Index>(f) * channels + c0, channels, valid);
     }
     // Leftover frames (1-5) in one block: a 1- or 2-frame block has too few accumulators to
     // hide the FMA latency, so a tail of 4 frames must not run as 2 + 2 (or 5 as 2 + 2 + 1).
@@ -245,19 +253,19 @@ JASPER_ALWAYS_INLINE void DepthwiseTileImpl(const float* window, Index block_str
     float* ot = out + static_cast<Index>(f) * channels + c0;
     switch (frames - f) {
       case 5:
-        DepthwiseBlock<5>(wt, row_step, tap_step, w, taps, ot, channels, valid);
+        DepthwiseBlock<V, 5>(wt, row_step, tap_step, w, taps, ot, channels, valid);
         break;
       case 4:
-        DepthwiseBlock<4>(wt, row_step, tap_step, w, taps, ot, channels, valid);
+        DepthwiseBlock<V, 4>(wt, row_step, tap_step, w, taps, ot, channels, valid);
         break;
       case 3:
-        DepthwiseBlock<3>(wt, row_step, tap_step, w, taps, ot, channels, valid);
+        DepthwiseBlock<V, 3>(wt, row_step, tap_step, w, taps, ot, channels, valid);
         break;
       case 2:
-        DepthwiseBlock<2>(wt, row_step, tap_step, w, taps, ot, channels, valid);
+        DepthwiseBlock<V, 2>(wt, row_step, tap_step, w, taps, ot, channels, valid);
         break;
       case 1:
-        DepthwiseBlock<1>(wt, row_step, tap_step, w, taps, ot, channels, valid);
+        DepthwiseBlock<V, 1>(wt, row_step, tap_step, w, taps, ot, channels, valid);
         break;
       default:
         break;
@@ -265,12 +273,12 @@ JASPER_ALWAYS_INLINE void DepthwiseTileImpl(const float* window, Index block_str
   }
 }
 
-// The build targets baseline x86-64 (SSE2); the depthwise loop is the only hand-written hot
-// loop, so it gets an AVX2+FMA clone picked at run time. The GEMMs are OpenBLAS's own kernels.
+// The build targets baseline x86-64 (SSE2); the depthwise loop gets AVX2+FMA and AVX-512
+// clones, picked at run time by the one CPU-feature probe (kernels/cpu_features.h).
 void DepthwiseTileGeneric(const float* window, Index block_stride, int stride, int dilation,
                           const float* packed_w, int taps, int channels, int frames, float* out) {
-  DepthwiseTileImpl<false>(window, block_stride, stride, dilation, packed_w, taps, channels, frames,
-                           out);
+  DepthwiseTileImpl<Vec8, 0>(window, block_stride, stride, dilation, packed_w, taps, channels,
+                             frames, out);
 }
 
 #if JASPER_X86_DISPATCH
@@ -278,27 +286,31 @@ __attribute__((target("avx2,fma"))) void DepthwiseTileAvx2(const float* window, 
                                                            int stride, int dilation,
                                                            const float* packed_w, int taps,
                                                            int channels, int frames, float* out) {
-  DepthwiseTileImpl<true>(window, block_stride, stride, dilation, packed_w, taps, channels, frames,
-                          out);
+  DepthwiseTileImpl<Vec8, 12>(window, block_stride, stride, dilation, packed_w, taps, channels,
+                              frames, out);
+}
+
+JASPER_AVX512_TARGET void DepthwiseTileAvx512(const float* window, Index block_stride, int stride,
+                                              int dilation, const float* packed_w, int taps,
+                                              int channels, int frames, float* out) {
+  DepthwiseTileImpl<Vec16, 24>(window, block_stride, stride, dilation, packed_w, taps, channels,
+                               frames, out);
 }
 #endif
 
-DepthwiseTileFn SelectDepthwiseTile() {
+DepthwiseTileFn DepthwiseTile() {
 #if JASPER_X86_DISPATCH
-  // JASPER_KERNELS_BASELINE=1 forces the portable build (tests run both).
-  if (const char* env = std::getenv("JASPER_KERNELS_BASELINE"); env && env[0] == '1') {
-    return DepthwiseTileGeneric;
+  switch (ActiveCpuIsa()) {
+    case CpuIsa::kAmx:
+    case CpuIsa::kAvx512:
+      return DepthwiseTileAvx512;
+    case CpuIsa::kAvx2:
+      return DepthwiseTileAvx2;
+    case CpuIsa::kBaseline:
+      break;
   }
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DepthwiseTileAvx2;
 #endif
   return DepthwiseTileGeneric;
-}
-
-// Thread-safe one-time selection (function-local static).
-DepthwiseTileFn DepthwiseTile() {
-  static const DepthwiseTileFn fn = SelectDepthwiseTile();
-  return fn;
 }
 
 Index RoundToLine(Index floats) { return (floats + kLineFloats - 1) / kLineFloats * kLineFloats; }

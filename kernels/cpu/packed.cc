@@ -27,139 +27,142 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu_features.h"
 #include "kernels/sub_block.h"
 
 namespace jasper::kernels {
 namespace {
 
 using cpu_internal::AlignToLine;
+using cpu_internal::Broadcast;
 using cpu_internal::ChannelBlocks;
 using cpu_internal::ClampedLength;
 using cpu_internal::DepthwiseTile;
+using cpu_internal::GemmTileFn;
 using cpu_internal::Index;
 using cpu_internal::IsPointwiseDense;
 using cpu_internal::kChannelBlock;
+using cpu_internal::kLanes;
 using cpu_internal::kLineFloats;
+using cpu_internal::kTileRows;
 using cpu_internal::LoadVec;
 using cpu_internal::PackDepthwise;
 using cpu_internal::RoundToLine;
+using cpu_internal::Segment;
 using cpu_internal::StageRows;
 using cpu_internal::StageRowsBlocked;
 using cpu_internal::StoreVec;
+using cpu_internal::Vec16;
 using cpu_internal::Vec8;
 using cpu_internal::WindowRows;
 
-constexpr int kNr = 16;  // columns per B panel (two vectors)
-constexpr int kMr = 6;   // rows per micro-kernel call
-// K per chunk and output rows per tile. Measured (one Zen 2 core, separable C=256/512, K=33..75,
-// T=25..500, batch 1 and 8): K chunk 128 / 256 / 512 / 1024 gave ~86 / ~89 / ~94 / ~94 GFLOP/s
-// (a 512 x 16 B micro-panel is 32 KB, Zen 2's whole L1, yet the prefetchers keep up; one chunk
-// per 512-channel pointwise conv means the output tile is stored once); tiles of 128, 192 and
-// 256 rows were within noise. 256 rows fit 8 streaming windows of 25 frames in one GEMM.
+constexpr int kNr = 16;  // columns per B panel
+// Rows per micro-kernel call: AVX2 6 x 16 (12 accumulators + 2 B vectors + 1 broadcast = 15 of
+// the 16 registers; 8 loads per 12 FMAs), AVX-512 12 x 32 (two panels: 24 accumulators + 2 B +
+// 1 broadcast = 27 of the 32 registers; 14 loads per 24 FMAs). Part boundaries fall on
+// multiples of kRowGranuleFp32 (a multiple of both) or, for BF16, of the AMX block's 32 rows.
+constexpr int kMrAvx2 = 6;
+constexpr int kMrAvx512 = 12;
+constexpr int kRowGranuleFp32 = 12;
+constexpr int kRowGranuleBf16 = 32;
+// K per chunk. Measured (one Zen 2 core, separable C=256/512, K=33..75, T=25..500, batch 1 and
+// 8): K chunk 128 / 256 / 512 / 1024 gave ~86 / ~89 / ~94 / ~94 GFLOP/s (a 512 x 16 B
+// micro-panel is 32 KB, Zen 2's whole L1, yet the prefetchers keep up; one chunk per
+// 512-channel pointwise conv means the output tile is stored once); tiles (kTileRows) of 128,
+// 192 and 256 rows were within noise. 256 rows fit 8 streaming windows of 25 frames in one GEMM.
 constexpr int kKChunk = 512;
-constexpr int kTileRows = 256;
-
-// One K-segment of A: row r of the segment starts at rows[r] + offset; it covers packed B rows
-// [k0, k0 + k).
-struct Segment {
-  const float* const* rows;
-  Index offset;
-  int k;
-  int k0;
-};
 
 enum : int { kAccumulate = 1, kEpilogue = 2 };
 
-// C rows (+)= A rows x B panel for MR rows and one 16-column panel. a[i] points at row i's first
-// element of this K chunk; b at the chunk's first row of the panel ([kc][16]); c[i] at row i's
-// first column of the panel, of which n_valid (<= 16) are written.
-template <int MR>
+// C rows (+)= A rows x B for MR rows and NV vectors of V per row. a[i] points at row i's first
+// element of this K chunk; b at the chunk's first row of the first vector's columns; vector v's
+// B is at b + v * b_vec (8 floats on, in the same panel, for AVX2's Vec8; the next panel for
+// AVX-512's Vec16), stepping kNr floats per K row. c[i] points at row i's first column, of which
+// n_valid (<= NV * lanes) are written.
+template <typename V, int MR, int NV>
 JASPER_ALWAYS_INLINE void MicroKernel(const float* const* a, int kc, const float* __restrict b,
-                                      float* const* c, int n_valid, int mode, const float* bias,
-                                      bool relu) {
-  Vec8 acc0[MR], acc1[MR];
+                                      Index b_vec, float* const* c, int n_valid, int mode,
+                                      const float* bias, bool relu) {
+  constexpr int kL = kLanes<V>;
+  V acc[MR][NV];
   const float* ap[MR];
   for (int i = 0; i < MR; ++i) {
-    acc0[i] = acc1[i] = Vec8{};
+    for (int v = 0; v < NV; ++v) acc[i][v] = V{};
     ap[i] = a[i];
   }
   for (int k = 0; k < kc; ++k) {
-    Vec8 b0, b1;
-    LoadVec(b, &b0);
-    LoadVec(b + 8, &b1);
+    V bv[NV];
+    for (int v = 0; v < NV; ++v) LoadVec(b + v * b_vec, &bv[v]);
     b += kNr;
     for (int i = 0; i < MR; ++i) {
-      const float s = ap[i][k];
-      const Vec8 ai = {s, s, s, s, s, s, s, s};  // vbroadcastss (`Vec8{} + s` adds a vaddss)
-      acc0[i] += ai * b0;
-      acc1[i] += ai * b1;
+      V ai;
+      Broadcast(ap[i][k], &ai);
+      for (int v = 0; v < NV; ++v) acc[i][v] += ai * bv[v];
     }
   }
-  Vec8 bias0{}, bias1{};
-  if (mode & kEpilogue) {
-    LoadVec(bias, &bias0);
-    LoadVec(bias + 8, &bias1);
+  V bias_v[NV];
+  for (int v = 0; v < NV; ++v) {
+    bias_v[v] = V{};
+    if (mode & kEpilogue) LoadVec(bias + v * kL, &bias_v[v]);
   }
-  const Vec8 zero{};
+  const V zero{};
+  const bool full = n_valid == NV * kL;
   for (int i = 0; i < MR; ++i) {
-    float* ci = c[i];
-    Vec8 v0 = acc0[i], v1 = acc1[i];
-    if (n_valid == kNr) {
+    float lanes[NV * kL];
+    float* ci = full ? c[i] : lanes;
+    if (!full && (mode & kAccumulate)) std::memcpy(lanes, c[i], sizeof(float) * n_valid);
+    for (int v = 0; v < NV; ++v) {
+      V out = acc[i][v];
       if (mode & kAccumulate) {
-        Vec8 c0, c1;
-        LoadVec(ci, &c0);
-        LoadVec(ci + 8, &c1);
-        v0 += c0;
-        v1 += c1;
+        V prev;
+        LoadVec(ci + v * kL, &prev);
+        out += prev;
       }
       if (mode & kEpilogue) {
-        v0 += bias0;
-        v1 += bias1;
+        out += bias_v[v];
         // `v < 0 ? 0 : v` keeps a NaN as NaN, like std::max(v, 0) in the reference.
-        if (relu) {
-          v0 = v0 < zero ? zero : v0;
-          v1 = v1 < zero ? zero : v1;
-        }
+        if (relu) out = out < zero ? zero : out;
       }
-      StoreVec(&v0, ci);
-      StoreVec(&v1, ci + 8);
-    } else {
-      float lanes[kNr] = {};
-      if (mode & kAccumulate) {
-        std::memcpy(lanes, ci, sizeof(float) * n_valid);
-        Vec8 c0, c1;
-        LoadVec(lanes, &c0);
-        LoadVec(lanes + 8, &c1);
-        v0 += c0;
-        v1 += c1;
-      }
-      if (mode & kEpilogue) {
-        v0 += bias0;
-        v1 += bias1;
-        if (relu) {
-          v0 = v0 < zero ? zero : v0;
-          v1 = v1 < zero ? zero : v1;
-        }
-      }
-      StoreVec(&v0, lanes);
-      StoreVec(&v1, lanes + 8);
-      std::memcpy(ci, lanes, sizeof(float) * n_valid);
+      StoreVec(&out, ci + v * kL);
     }
+    if (!full) std::memcpy(c[i], lanes, sizeof(float) * n_valid);
   }
 }
 
-// Rows of the next micro-kernel call: 6, except that a remainder of 7 or 8 runs as 4 + 3 / 4 + 4
-// (a 1- or 2-row call is FMA-latency-bound with only 2 or 4 accumulators).
+// Rows of the next micro-kernel call: MR, except that a remainder of MR + 1 or MR + 2 runs as
+// two near-halves (a 1- or 2-row call is FMA-latency-bound with too few accumulators).
+template <int MR>
 JASPER_ALWAYS_INLINE int NextRowBlock(int remaining) {
-  if (remaining == 7 || remaining == 8) return 4;
-  return std::min(remaining, kMr);
+  if (remaining > MR && remaining <= MR + 2) return remaining / 2;
+  return std::min(remaining, MR);
 }
 
-// y rows (c_rows[r] + column) = act(sum over segments A_s x B_s + bias) for rows [0, rows).
+// MicroKernel<V, mr, NV> for a run-time mr in [1, MR].
+template <typename V, int MR, int NV>
+JASPER_ALWAYS_INLINE void MicroKernelRows(int mr, const float* const* a, int kc, const float* b,
+                                          Index b_vec, float* const* c, int n_valid, int mode,
+                                          const float* bias, bool relu) {
+  if constexpr (MR > 1) {
+    if (mr < MR) {
+      MicroKernelRows<V, MR - 1, NV>(mr, a, kc, b, b_vec, c, n_valid, mode, bias, relu);
+      return;
+    }
+  }
+  MicroKernel<V, MR, NV>(a, kc, b, b_vec, c, n_valid, mode, bias, relu);
+}
+
+// y rows (c_rows[r] + column) = act(sum over segments A_s x B_s + bias) for rows [0, rows), with
+// MR-row micro-kernels of 2 vectors of V (Vec8: one 16-column panel; Vec16: two panels, and an
+// odd last panel runs with one vector).
+template <typename V, int MR>
 JASPER_ALWAYS_INLINE void GemmTileImpl(const PackedSubBlock& p, const Segment* segments,
                                        int num_segments, int rows, float* const* c_rows) {
+  constexpr int kL = kLanes<V>;
+  constexpr int kPanelsPerCall = 2 * kL / kNr;  // 1 (Vec8) or 2 (Vec16)
   const int c_out = p.desc.out_channels;
   const bool relu = p.desc.activation == Activation::kRelu;
+  const Index panel_floats = static_cast<Index>(p.k_total) * kNr;
+  const Index b_vec = kL == kNr ? panel_floats : kL;
   int last_segment = -1;
   for (int s = 0; s < num_segments; ++s) {
     if (segments[s].k > 0) last_segment = s;
@@ -173,38 +176,24 @@ JASPER_ALWAYS_INLINE void GemmTileImpl(const PackedSubBlock& p, const Segment* s
       const bool last = s == last_segment && kk + kc >= seg.k;
       const int mode = (first ? 0 : kAccumulate) | (last ? kEpilogue : 0);
       first = false;
-      for (int panel = 0; panel < p.n_panels; ++panel) {
+      for (int panel = 0; panel < p.n_panels; panel += kPanelsPerCall) {
         const int col = panel * kNr;
-        const int n_valid = std::min(kNr, c_out - col);
-        const float* b = p.b.data() + (static_cast<Index>(panel) * p.k_total + seg.k0 + kk) * kNr;
+        const int n_valid = std::min(2 * kL, c_out - col);
+        const float* b = p.b.data() + panel * panel_floats + static_cast<Index>(seg.k0 + kk) * kNr;
         const float* bias = p.bias.data() + col;
+        const bool one_vector = kPanelsPerCall == 2 && panel + 1 == p.n_panels;
         for (int r = 0; r < rows;) {
-          const int mr = NextRowBlock(rows - r);
-          const float* a[kMr];
-          float* c[kMr];
+          const int mr = NextRowBlock<MR>(rows - r);
+          const float* a[MR];
+          float* c[MR];
           for (int i = 0; i < mr; ++i) {
             a[i] = seg.rows[r + i] + seg.offset + kk;
             c[i] = c_rows[r + i] + col;
           }
-          switch (mr) {
-            case 6:
-              MicroKernel<6>(a, kc, b, c, n_valid, mode, bias, relu);
-              break;
-            case 5:
-              MicroKernel<5>(a, kc, b, c, n_valid, mode, bias, relu);
-              break;
-            case 4:
-              MicroKernel<4>(a, kc, b, c, n_valid, mode, bias, relu);
-              break;
-            case 3:
-              MicroKernel<3>(a, kc, b, c, n_valid, mode, bias, relu);
-              break;
-            case 2:
-              MicroKernel<2>(a, kc, b, c, n_valid, mode, bias, relu);
-              break;
-            default:
-              MicroKernel<1>(a, kc, b, c, n_valid, mode, bias, relu);
-              break;
+          if (one_vector) {
+            MicroKernelRows<V, MR, 1>(mr, a, kc, b, b_vec, c, n_valid, mode, bias, relu);
+          } else {
+            MicroKernelRows<V, MR, 2>(mr, a, kc, b, b_vec, c, n_valid, mode, bias, relu);
           }
           r += mr;
         }
@@ -214,35 +203,40 @@ JASPER_ALWAYS_INLINE void GemmTileImpl(const PackedSubBlock& p, const Segment* s
 }
 
 void GemmTileGeneric(const PackedSubBlock& p, const Segment* segments, int num_segments, int rows,
-                     float* const* c_rows) {
-  GemmTileImpl(p, segments, num_segments, rows, c_rows);
+                     float* const* c_rows, float* /*scratch*/) {
+  GemmTileImpl<Vec8, kMrAvx2>(p, segments, num_segments, rows, c_rows);
 }
 
 #if JASPER_X86_DISPATCH
 __attribute__((target("avx2,fma"))) void GemmTileAvx2(const PackedSubBlock& p,
                                                       const Segment* segments, int num_segments,
-                                                      int rows, float* const* c_rows) {
-  GemmTileImpl(p, segments, num_segments, rows, c_rows);
+                                                      int rows, float* const* c_rows,
+                                                      float* /*scratch*/) {
+  GemmTileImpl<Vec8, kMrAvx2>(p, segments, num_segments, rows, c_rows);
+}
+
+JASPER_AVX512_TARGET void GemmTileAvx512(const PackedSubBlock& p, const Segment* segments,
+                                         int num_segments, int rows, float* const* c_rows,
+                                         float* /*scratch*/) {
+  GemmTileImpl<Vec16, kMrAvx512>(p, segments, num_segments, rows, c_rows);
 }
 #endif
 
-using GemmTileFn = void (*)(const PackedSubBlock&, const Segment*, int, int, float* const*);
-
-GemmTileFn SelectGemmTile() {
+// The FP32 GEMM for the active ISA (kernels/cpu_features.h), or the BF16 one.
+GemmTileFn GemmTileFor(const PackedSubBlock& p) {
+  if (p.precision == Precision::kBf16) return cpu_internal::GemmTileBf16();
 #if JASPER_X86_DISPATCH
-  // JASPER_KERNELS_BASELINE=1 forces the portable build (tests run both).
-  if (const char* env = std::getenv("JASPER_KERNELS_BASELINE"); env && env[0] == '1') {
-    return GemmTileGeneric;
+  switch (ActiveCpuIsa()) {
+    case CpuIsa::kAmx:
+    case CpuIsa::kAvx512:
+      return GemmTileAvx512;
+    case CpuIsa::kAvx2:
+      return GemmTileAvx2;
+    case CpuIsa::kBaseline:
+      break;
   }
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return GemmTileAvx2;
 #endif
   return GemmTileGeneric;
-}
-
-GemmTileFn GemmTile() {
-  static const GemmTileFn fn = SelectGemmTile();  // thread-safe one-time selection
-  return fn;
 }
 
 // Segments of A_main: 1, except dense K>1 with dilation > 1 (one per tap).
@@ -260,6 +254,7 @@ struct Layout {
   Index c_rows = 0;        // [tile] float*: output row pointers
   Index res_rows = 0;      // [num_residuals][tile] const float*
   Index segments = 0;      // [MainSegments + num_residuals] Segment
+  Index gemm = 0;          // the GEMM's own scratch (BF16: the gathered A and the accumulators)
   Index total = 0;
 };
 
@@ -294,6 +289,10 @@ Layout LayoutFor(const PackedSubBlock& p) {
   at = RoundToLine(at + FloatsFor(sizeof(const float*) * tile * num_res));
   l.segments = at;
   at = RoundToLine(at + FloatsFor(sizeof(Segment) * (MainSegments(d) + num_res)));
+  l.gemm = at;
+  if (p.precision == Precision::kBf16) {
+    at = RoundToLine(at + static_cast<Index>(cpu_internal::GemmBf16ScratchFloats(p)));
+  }
   l.total = at + kLineFloats;  // slack for aligning the caller's pointer
   return l;
 }
@@ -308,10 +307,13 @@ T* Region(float* base, Index offset) {
 }  // namespace
 
 PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& weights,
-                            const ResidualInput* residuals, int num_residuals) {
+                            const ResidualInput* residuals, int num_residuals,
+                            Precision precision) {
   PackedSubBlock p;
   p.desc = desc;
-  if (!IsValid(desc) || weights.weight == nullptr || (desc.separable && !weights.depthwise)) {
+  p.precision = precision;
+  if (!IsValid(desc) || weights.weight == nullptr || (desc.separable && !weights.depthwise) ||
+      (precision != Precision::kFp32 && precision != Precision::kBf16)) {
     return p;
   }
   const int c_in = desc.in_channels;
@@ -324,6 +326,19 @@ PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& wei
     p.k_total += ch;
   }
   p.n_panels = (c_out + kNr - 1) / kNr;
+  // Bias for an even number of panels: the AVX-512 and BF16 epilogues read 32 columns at once.
+  p.bias.assign(static_cast<std::size_t>(p.n_panels + 1) / 2 * 2 * kNr, 0.0f);
+  if (weights.bias != nullptr) std::copy(weights.bias, weights.bias + c_out, p.bias.begin());
+  if (desc.separable) {
+    p.depthwise.assign(
+        static_cast<std::size_t>(ChannelBlocks(c_in)) * desc.kernel_size * kChannelBlock, 0.0f);
+    PackDepthwise(weights.depthwise, desc.kernel_size, c_in, p.depthwise.data());
+  }
+  p.valid = true;
+  if (precision == Precision::kBf16) {
+    cpu_internal::PackBf16Weights(weights.weight, residuals, &p);
+    return p;
+  }
   p.b.assign(static_cast<std::size_t>(p.n_panels) * p.k_total * kNr, 0.0f);
   // Row k of the concatenated B, [C_out] row-major, from its source matrix.
   auto pack_rows = [&](const float* src, int k0, int k) {
@@ -342,14 +357,6 @@ PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& wei
     if (p.residual_channels[r] > 0) pack_rows(residuals[r].weight, k0, p.residual_channels[r]);
     k0 += p.residual_channels[r];
   }
-  p.bias.assign(static_cast<std::size_t>(p.n_panels) * kNr, 0.0f);
-  if (weights.bias != nullptr) std::copy(weights.bias, weights.bias + c_out, p.bias.begin());
-  if (desc.separable) {
-    p.depthwise.assign(
-        static_cast<std::size_t>(ChannelBlocks(c_in)) * desc.kernel_size * kChannelBlock, 0.0f);
-    PackDepthwise(weights.depthwise, desc.kernel_size, c_in, p.depthwise.data());
-  }
-  p.valid = true;
   return p;
 }
 
@@ -375,7 +382,8 @@ void FusedSubBlockCpuPackedPart(const PackedSubBlock& p, const float* x,
   float** c_rows = Region<float*>(ws, layout.c_rows);
   const float** res_rows = Region<const float*>(ws, layout.res_rows);
   Segment* segments = Region<Segment>(ws, layout.segments);
-  const GemmTileFn gemm = GemmTile();
+  const GemmTileFn gemm = GemmTileFor(p);
+  float* gemm_scratch = ws + layout.gemm;
 
   // Segments: A_main (1 or K), then one per residual branch.
   const int main_segments = MainSegments(desc);
@@ -428,7 +436,8 @@ void FusedSubBlockCpuPackedPart(const PackedSubBlock& p, const float* x,
   // arithmetic (depthwise taps, GEMM K order, epilogue) does not depend on which tile holds it,
   // so any split gives the same bits.
   Index chunk = (total_rows + num_parts - 1) / num_parts;
-  chunk = (chunk + kMr - 1) / kMr * kMr;
+  const int granule = p.precision == Precision::kBf16 ? kRowGranuleBf16 : kRowGranuleFp32;
+  chunk = (chunk + granule - 1) / granule * granule;
   const Index row_begin = std::min(total_rows, chunk * part);
   const Index row_end = std::min(total_rows, row_begin + chunk);
   if (row_begin >= row_end) return;
@@ -478,12 +487,12 @@ void FusedSubBlockCpuPackedPart(const PackedSubBlock& p, const float* x,
       t0 += frames;
       // Dense K>1 windows are per utterance (the staged window is reused): flush every piece.
       if (tile_rows == kTileRows || !(separable || pointwise)) {
-        gemm(p, segments, num_segments, tile_rows, c_rows);
+        gemm(p, segments, num_segments, tile_rows, c_rows, gemm_scratch);
         tile_rows = 0;
       }
     }
   }
-  if (tile_rows > 0) gemm(p, segments, num_segments, tile_rows, c_rows);
+  if (tile_rows > 0) gemm(p, segments, num_segments, tile_rows, c_rows, gemm_scratch);
 }
 
 void FusedSubBlockCpuPacked(const PackedSubBlock& p, const float* x, const BatchGeometry& geometry,

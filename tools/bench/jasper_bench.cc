@@ -55,6 +55,7 @@
 #include "engine/runtime/backend.h"
 #include "engine/runtime/cpu_backend.h"
 #include "engine/runtime/cpu_thread_pool.h"
+#include "kernels/blas_sub_block.h"
 #include "kernels/sub_block.h"
 #include "nlohmann/json.hpp"
 #include "tests/random_model.h"

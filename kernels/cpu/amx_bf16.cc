@@ -1,0 +1,394 @@
+// The BF16 GEMM of the fused CPU sub-block (PackedSubBlock::precision == kBf16): B packed once
+// in BF16 in the AMX tile layout (sub_block.h), A gathered per tile from the FP32 row pointers of
+// packed.cc's segments and rounded to BF16 (round to nearest even) into a contiguous buffer,
+// products accumulated in FP32.
+//
+// Per GEMM tile (<= kTileRows output rows): K is cut into chunks of whole groups (a group is
+// C_in of one tap of W_main, or one residual branch's channels, each padded with zeros to a
+// multiple of 32), at most kChunkCols columns unless one group is wider. Per chunk, A is
+// gathered into [rows, chunk] BF16, then every 32 x 32 block of the output runs on AMX: tiles
+// 0-3 hold the 2 x 2 FP32 16 x 16 accumulators (zeroed on the first chunk, loaded from and
+// stored to the FP32 accumulator buffer [rows, C_out padded to 32] around later chunks), tiles 4-5
+// two 16-row A slices of 32 K values, tiles 6-7 two 16-column B panels (16 K pairs each); one
+// tdpbf16ps per (A, B) pair. Rows past `rows` up to the next multiple of 32 are computed from
+// whatever the buffer holds and never stored. After the last chunk, one epilogue pass adds the
+// bias, applies the activation and stores the valid columns to the output rows.
+//
+// Without AMX (kernels::ActiveCpuIsa() below kAmx) the same buffers run through plain loops:
+// the same BF16 rounding of A and B, FP32 accumulation in another order.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu_features.h"
+#include "kernels/sub_block.h"
+
+namespace jasper::kernels::cpu_internal {
+namespace {
+
+constexpr int kNr = 16;           // columns per B panel
+constexpr int kKGroup = 32;       // K granule: one AMX tile row of BF16 pairs (64 bytes)
+constexpr int kChunkCols = 1024;  // K columns of A gathered per chunk (512 KB for 256 rows)
+
+using Bf16 = std::uint16_t;
+
+int RoundUp(int v, int m) { return (v + m - 1) / m * m; }
+
+// FP32 -> BF16, round to nearest even (vcvtneps2bf16's rounding; NaN stays a quiet NaN).
+Bf16 ToBf16(float f) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<Bf16>((bits >> 16) | 0x40u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<Bf16>(bits >> 16);
+}
+
+float FromBf16(Bf16 h) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// Columns of the accumulator buffer and of the BF16 B: C_out rounded up to 32.
+int AccCols(const PackedSubBlock& p) { return RoundUp(p.n_panels, 2) * kNr; }
+
+// Where a segment's K lands in the padded B: `groups` groups of `group` real rows, each padded to
+// `group_pad`, starting at padded row `k0_pad`.
+struct SegmentGroups {
+  int group = 0;
+  int group_pad = 0;
+  int groups = 0;
+  int k0_pad = 0;
+};
+
+SegmentGroups GroupsOf(const PackedSubBlock& p, const Segment& seg) {
+  SegmentGroups g;
+  if (seg.k0 < p.k_main) {  // W_main: groups of C_in (one per tap)
+    const int c_in = p.desc.in_channels;
+    g.group = c_in;
+    g.group_pad = p.c_in_pad;
+    g.groups = seg.k / c_in;
+    g.k0_pad = seg.k0 / c_in * p.c_in_pad;
+    return g;
+  }
+  int k0 = p.k_main;
+  for (std::size_t r = 0; r < p.residual_channels.size(); ++r) {
+    if (k0 == seg.k0) {
+      g.group = p.residual_channels[r];
+      g.group_pad = p.res_k0_pad[r + 1] - p.res_k0_pad[r];
+      g.groups = 1;
+      g.k0_pad = p.res_k0_pad[r];
+      return g;
+    }
+    k0 += p.residual_channels[r];
+  }
+  return g;  // not reached for segments built by packed.cc
+}
+
+// Workspace regions of the GEMM scratch: the gathered A chunk, then the accumulators.
+struct Scratch {
+  Bf16* a = nullptr;     // [kTileRows rounded to 32][chunk columns]
+  float* acc = nullptr;  // [kTileRows rounded to 32][AccCols]
+};
+
+int MaxChunkCols(const PackedSubBlock& p) {
+  int widest = p.c_in_pad;
+  for (std::size_t r = 0; r + 1 < p.res_k0_pad.size(); ++r) {
+    widest = std::max(widest, p.res_k0_pad[r + 1] - p.res_k0_pad[r]);
+  }
+  return std::max(kChunkCols, widest);
+}
+
+constexpr int kRowsPad = (kTileRows + 31) / 32 * 32;
+
+Scratch ScratchOf(const PackedSubBlock& p, float* scratch) {
+  Scratch s;
+  s.a = reinterpret_cast<Bf16*>(scratch);
+  const Index a_floats = RoundToLine(static_cast<Index>(kRowsPad) * MaxChunkCols(p) / 2);
+  s.acc = scratch + a_floats;
+  return s;
+}
+
+// Groups per chunk for a segment (at least one).
+int GroupsPerChunk(const SegmentGroups& g) { return std::max(1, kChunkCols / g.group_pad); }
+
+// ---------------------------------------------------------------------------------------------
+// The tile loop, shared by the AMX and the portable build through a kernel policy (static member
+// functions, so that the AMX ones carry their target attribute; one call per chunk):
+//   Begin() / End()   around a tile (AMX: load the tile configuration / release the tiles);
+//   Gather(...)       converts one chunk of A to BF16;
+//   Block(...)        acc (+)= A chunk x B rows [kp0, kp0 + cols) for all rows;
+//   Epilogue(...)     output rows = act(acc + bias), the valid columns.
+
+// Parameters of one chunk's Block call.
+struct ChunkArgs {
+  const Bf16* a;  // [rows rounded to 32][ld]
+  int ld;         // = cols
+  int kp0;        // first padded B row
+  int cols;       // K of the chunk, a multiple of 32
+  bool first;     // acc starts at zero
+  int rows;
+  float* acc;  // [rows rounded to 32][AccCols]
+};
+
+// a[r][(g - g0) * group_pad + c] = bf16(seg row r, group g, channel c), zero for c >= group.
+JASPER_ALWAYS_INLINE void GatherPortable(const Segment& seg, const SegmentGroups& g, int g0, int gc,
+                                         int rows, Bf16* a, int ld) {
+  for (int r = 0; r < rows; ++r) {
+    const float* src_row = seg.rows[r] + seg.offset;
+    Bf16* dst_row = a + static_cast<Index>(r) * ld;
+    for (int gi = 0; gi < gc; ++gi) {
+      const float* src = src_row + static_cast<Index>(g0 + gi) * g.group;
+      Bf16* dst = dst_row + static_cast<Index>(gi) * g.group_pad;
+      for (int c = 0; c < g.group; ++c) dst[c] = ToBf16(src[c]);
+      std::memset(dst + g.group, 0, sizeof(Bf16) * (g.group_pad - g.group));
+    }
+  }
+}
+
+// Output rows from the accumulators: act(acc + bias), the valid columns only.
+JASPER_ALWAYS_INLINE void EpilogueRows(const PackedSubBlock& p, const float* acc, int rows,
+                                       float* const* c_rows) {
+  const int acc_cols = AccCols(p);
+  const int c_out = p.desc.out_channels;
+  const bool relu = p.desc.activation == Activation::kRelu;
+  const float* __restrict bias = p.bias.data();
+  for (int r = 0; r < rows; ++r) {
+    const float* __restrict ar = acc + static_cast<Index>(r) * acc_cols;
+    float* __restrict out = c_rows[r];
+    for (int o = 0; o < c_out; ++o) {
+      const float v = ar[o] + bias[o];
+      // `v < 0 ? 0 : v` keeps a NaN as NaN, like std::max(v, 0) in the reference.
+      out[o] = relu && v < 0.0f ? 0.0f : v;
+    }
+  }
+}
+
+template <typename Kernel>
+void GemmTileBf16Impl(const PackedSubBlock& p, const Segment* segments, int num_segments, int rows,
+                      float* const* c_rows, float* scratch) {
+  if (rows <= 0) return;
+  const Scratch s = ScratchOf(p, scratch);
+  Kernel::Begin();
+  bool first = true;
+  for (int si = 0; si < num_segments; ++si) {
+    const Segment& seg = segments[si];
+    if (seg.k <= 0) continue;
+    const SegmentGroups g = GroupsOf(p, seg);
+    const int per_chunk = GroupsPerChunk(g);
+    for (int g0 = 0; g0 < g.groups; g0 += per_chunk) {
+      const int gc = std::min(per_chunk, g.groups - g0);
+      const int cols = gc * g.group_pad;
+      Kernel::Gather(seg, g, g0, gc, rows, s.a, cols);
+      Kernel::Block(p, ChunkArgs{s.a, cols, g.k0_pad + g0 * g.group_pad, cols, first, rows, s.acc});
+      first = false;
+    }
+  }
+  Kernel::End();
+  Kernel::Epilogue(p, s.acc, rows, c_rows);
+}
+
+// Plain loops over the same buffers (no AMX): acc[r][n] += sum_k a[r][k] * B[kp0 + k][n].
+struct PortableKernel {
+  static void Begin() {}
+  static void End() {}
+  static void Gather(const Segment& seg, const SegmentGroups& g, int g0, int gc, int rows, Bf16* a,
+                     int ld) {
+    GatherPortable(seg, g, g0, gc, rows, a, ld);
+  }
+  static void Block(const PackedSubBlock& p, const ChunkArgs& c) {
+    const int acc_cols = AccCols(p);
+    for (int r = 0; r < c.rows; ++r) {
+      float* ar = c.acc + static_cast<Index>(r) * acc_cols;
+      if (c.first) std::fill(ar, ar + acc_cols, 0.0f);
+      const Bf16* arow = c.a + static_cast<Index>(r) * c.ld;
+      for (int panel = 0; panel < acc_cols / kNr; ++panel) {
+        const Bf16* bp = p.b_bf16.data() + (static_cast<Index>(panel) * p.k_pad + c.kp0) * kNr;
+        float* out = ar + panel * kNr;
+        for (int k = 0; k < c.cols; k += 2) {
+          const float a0 = FromBf16(arow[k]);
+          const float a1 = FromBf16(arow[k + 1]);
+          const Bf16* bk = bp + static_cast<Index>(k) * kNr;  // [16][2]: rows k and k + 1
+          for (int n = 0; n < kNr; ++n) {
+            out[n] += a0 * FromBf16(bk[2 * n]) + a1 * FromBf16(bk[2 * n + 1]);
+          }
+        }
+      }
+    }
+  }
+  static void Epilogue(const PackedSubBlock& p, const float* acc, int rows, float* const* c_rows) {
+    EpilogueRows(p, acc, rows, c_rows);
+  }
+};
+
+void GemmTileBf16Portable(const PackedSubBlock& p, const Segment* segments, int num_segments,
+                          int rows, float* const* c_rows, float* scratch) {
+  GemmTileBf16Impl<PortableKernel>(p, segments, num_segments, rows, c_rows, scratch);
+}
+
+#if JASPER_X86_DISPATCH
+#define JASPER_AMX_TARGET                                                            \
+  __attribute__((                                                                    \
+      target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2," \
+             "fma")))
+
+// ldtilecfg's 64-byte operand: palette 1, tiles 0-7 all 16 rows x 64 bytes.
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1;
+  std::uint8_t start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {};
+  std::uint8_t tile_rows[16] = {};
+};
+
+struct AmxKernel {
+  static JASPER_AMX_TARGET void Begin() {
+    TileConfig config;
+    for (int t = 0; t < 8; ++t) {
+      config.colsb[t] = 64;
+      config.tile_rows[t] = 16;
+    }
+    // Not _tile_loadconfig: GCC 12's version passes only the first 8 bytes as the asm's memory
+    // operand, so the compiler may drop the stores of the rest of the configuration.
+    __asm__ volatile("ldtilecfg %0" ::"m"(config));
+  }
+  static JASPER_AMX_TARGET void End() { _tile_release(); }
+
+  static JASPER_AMX_TARGET void Gather(const Segment& seg, const SegmentGroups& g, int g0, int gc,
+                                       int rows, Bf16* a, int ld) {
+    for (int r = 0; r < rows; ++r) {
+      const float* src_row = seg.rows[r] + seg.offset;
+      Bf16* dst_row = a + static_cast<Index>(r) * ld;
+      for (int gi = 0; gi < gc; ++gi) {
+        const float* src = src_row + static_cast<Index>(g0 + gi) * g.group;
+        Bf16* dst = dst_row + static_cast<Index>(gi) * g.group_pad;
+        int c = 0;
+        for (; c + 32 <= g.group; c += 32) {
+          const __m512 lo = _mm512_loadu_ps(src + c);
+          const __m512 hi = _mm512_loadu_ps(src + c + 16);
+          const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+          _mm512_storeu_si512(dst + c, h);
+        }
+        for (; c < g.group; c += 16) {  // tail: masked loads read zeros past the group
+          const int n = std::min(16, g.group - c);
+          const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
+          const __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + c));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), h);
+        }
+        if (c < g.group_pad) std::memset(dst + c, 0, sizeof(Bf16) * (g.group_pad - c));
+      }
+    }
+  }
+
+  static JASPER_AMX_TARGET void Block(const PackedSubBlock& p, const ChunkArgs& c) {
+    // The tile loads read memory through asm operands the compiler cannot see: make the
+    // gathered A visible in memory first.
+    __asm__ volatile("" ::: "memory");
+    const int acc_cols = AccCols(p);
+    const Index acc_stride = static_cast<Index>(acc_cols) * sizeof(float);
+    const Index a_stride = static_cast<Index>(c.ld) * sizeof(Bf16);
+    const Index b_stride = kNr * 2 * sizeof(Bf16);  // one K pair of 16 columns: 64 bytes
+    const int rows_pad = RoundUp(c.rows, 32);
+    for (int n0 = 0; n0 < acc_cols; n0 += 2 * kNr) {
+      const Bf16* b0 = p.b_bf16.data() + (static_cast<Index>(n0 / kNr) * p.k_pad + c.kp0) * kNr;
+      const Bf16* b1 = b0 + static_cast<Index>(p.k_pad) * kNr;
+      for (int m0 = 0; m0 < rows_pad; m0 += 32) {
+        float* acc = c.acc + static_cast<Index>(m0) * acc_cols + n0;
+        float* acc_lo = acc + static_cast<Index>(16) * acc_cols;
+        if (c.first) {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+        } else {
+          _tile_loadd(0, acc, acc_stride);
+          _tile_loadd(1, acc + kNr, acc_stride);
+          _tile_loadd(2, acc_lo, acc_stride);
+          _tile_loadd(3, acc_lo + kNr, acc_stride);
+        }
+        const Bf16* a0 = c.a + static_cast<Index>(m0) * c.ld;
+        const Bf16* a1 = a0 + static_cast<Index>(16) * c.ld;
+        for (int k = 0; k < c.cols; k += kKGroup) {
+          _tile_loadd(4, a0 + k, a_stride);
+          _tile_loadd(5, a1 + k, a_stride);
+          _tile_loadd(6, b0 + static_cast<Index>(k) * kNr, b_stride);
+          _tile_loadd(7, b1 + static_cast<Index>(k) * kNr, b_stride);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, acc, acc_stride);
+        _tile_stored(1, acc + kNr, acc_stride);
+        _tile_stored(2, acc_lo, acc_stride);
+        _tile_stored(3, acc_lo + kNr, acc_stride);
+      }
+    }
+  }
+
+  static JASPER_AMX_TARGET void Epilogue(const PackedSubBlock& p, const float* acc, int rows,
+                                         float* const* c_rows) {
+    EpilogueRows(p, acc, rows, c_rows);
+  }
+};
+
+void GemmTileBf16Amx(const PackedSubBlock& p, const Segment* segments, int num_segments, int rows,
+                     float* const* c_rows, float* scratch) {
+  GemmTileBf16Impl<AmxKernel>(p, segments, num_segments, rows, c_rows, scratch);
+}
+#endif
+
+}  // namespace
+
+GemmTileFn GemmTileBf16() {
+#if JASPER_X86_DISPATCH
+  if (ActiveCpuIsa() == CpuIsa::kAmx) return GemmTileBf16Amx;
+#endif
+  return GemmTileBf16Portable;
+}
+
+std::size_t GemmBf16ScratchFloats(const PackedSubBlock& p) {
+  const Index a_floats = RoundToLine(static_cast<Index>(kRowsPad) * MaxChunkCols(p) / 2);
+  return static_cast<std::size_t>(a_floats + static_cast<Index>(kRowsPad) * AccCols(p));
+}
+
+void PackBf16Weights(const float* w_main, const ResidualInput* residuals, PackedSubBlock* p) {
+  const SubBlockDesc& d = p->desc;
+  const int c_in = d.in_channels;
+  const int c_out = d.out_channels;
+  const int taps = d.separable ? 1 : d.kernel_size;
+  p->c_in_pad = RoundUp(c_in, kKGroup);
+  p->res_k0_pad.assign(1, taps * p->c_in_pad);
+  for (int ch : p->residual_channels) {
+    p->res_k0_pad.push_back(p->res_k0_pad.back() + RoundUp(ch, kKGroup));
+  }
+  p->k_pad = p->res_k0_pad.back();
+  const int panels = RoundUp(p->n_panels, 2);
+  p->b_bf16.assign(static_cast<std::size_t>(panels) * p->k_pad * kNr, 0);
+  // Source row k of a [k, C_out] row-major matrix into padded row kp.
+  auto pack_row = [&](const float* src_row, int kp) {
+    for (int o = 0; o < c_out; ++o) {
+      const int panel = o / kNr;
+      const Index at =
+          (static_cast<Index>(panel) * p->k_pad + (kp & ~1)) * kNr + (o % kNr) * 2 + (kp & 1);
+      p->b_bf16[static_cast<std::size_t>(at)] = ToBf16(src_row[o]);
+    }
+  };
+  for (int t = 0; t < taps; ++t) {
+    for (int c = 0; c < c_in; ++c) {
+      pack_row(w_main + (static_cast<Index>(t) * c_in + c) * c_out, t * p->c_in_pad + c);
+    }
+  }
+  for (std::size_t r = 0; r < p->residual_channels.size(); ++r) {
+    for (int c = 0; c < p->residual_channels[r]; ++c) {
+      pack_row(residuals[r].weight + static_cast<Index>(c) * c_out, p->res_k0_pad[r] + c);
+    }
+  }
+}
+
+}  // namespace jasper::kernels::cpu_internal
