@@ -10,6 +10,19 @@ namespace jasper::kernels {
 
 enum class Precision { kFp32, kFp16, kBf16 };
 
+// "fp32", "fp16", "bf16".
+inline const char* PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kFp16:
+      return "fp16";
+    case Precision::kBf16:
+      return "bf16";
+  }
+  return "?";
+}
+
 }  // namespace jasper::kernels
 
 #endif  // JASPER_KERNELS_PRECISION_H_

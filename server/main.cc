@@ -43,6 +43,9 @@ ABSL_FLAG(std::string, language_code, kDefaults.language_code, "BCP-47 language 
 ABSL_FLAG(std::string, device, kDefaults.device, "auto, cpu or cuda.");
 ABSL_FLAG(std::string, gpu_precision, kDefaults.gpu_precision,
           "GPU activations and GEMM operands: fp32, fp16 or bf16 (FP32 accumulation).");
+ABSL_FLAG(std::string, cpu_precision, kDefaults.cpu_precision,
+          "CPU GEMM operands: auto (bf16 where the CPU has AMX, else fp32), fp32 or bf16 (AMX "
+          "tiles, FP32 accumulation).");
 ABSL_FLAG(bool, cuda_graphs, kDefaults.cuda_graphs,
           "GPU only: replay each batch shape's whole forward as one CUDA graph (captured on its "
           "second batch).");
@@ -166,6 +169,7 @@ int main(int argc, char** argv) {
   options.language_code = absl::GetFlag(FLAGS_language_code);
   options.device = absl::GetFlag(FLAGS_device);
   options.gpu_precision = absl::GetFlag(FLAGS_gpu_precision);
+  options.cpu_precision = absl::GetFlag(FLAGS_cpu_precision);
   options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   options.num_workers = absl::GetFlag(FLAGS_num_workers);
   options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);

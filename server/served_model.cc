@@ -61,6 +61,10 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   absl::StatusOr<kernels::Precision> precision = ParseGpuPrecision(options.gpu_precision);
   if (!precision.ok()) return precision.status();
   backend_options.gpu_precision = *precision;
+  absl::StatusOr<kernels::Precision> cpu_precision = ParseCpuPrecision(options.cpu_precision);
+  if (!cpu_precision.ok()) return cpu_precision.status();
+  backend_options.cpu_precision = *cpu_precision;
+  served->precision = kernels::PrecisionName(*cpu_precision);
   backend_options.cuda_graphs = options.cuda_graphs;
   backend_options.max_batch = options.scheduler.max_batch_size;
   std::vector<std::unique_ptr<Backend>> replicas;
@@ -73,6 +77,9 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
     if (!backend.ok()) return backend.status();
     if (i == 0) {
       served->device_name = (*backend)->name();
+      if (!absl::StartsWith(served->device_name, "cpu")) {
+        served->precision = kernels::PrecisionName(*precision);
+      }
       num_workers = options.ResolvedNumWorkers(absl::StartsWith(served->device_name, "cpu"),
                                                std::thread::hardware_concurrency());
     }

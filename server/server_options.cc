@@ -38,6 +38,10 @@ absl::Status ServerOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("gpu_precision = '", gpu_precision, "' is not one of fp32, fp16, bf16"));
   }
+  if (cpu_precision != "auto" && cpu_precision != "fp32" && cpu_precision != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu_precision = '", cpu_precision, "' is not one of auto, fp32, bf16"));
+  }
   JASPER_RETURN_IF_ERROR(CheckRange("num_workers", num_workers, 0, 64));
   JASPER_RETURN_IF_ERROR(CheckRange("cpu_threads", cpu_threads, 1, 256));
   JASPER_RETURN_IF_ERROR(CheckRange("max_concurrent_streams", max_concurrent_streams, 1, 100000));
@@ -90,10 +94,10 @@ std::string ServerOptions::ToString() const {
       &out, "listen_address=%s model_dir=%s model_name=%s extra_model_dirs=%s language_code=%s\n",
       listen_address, model_dir, model_name, absl::StrJoin(extra_model_dirs, ","), language_code);
   absl::StrAppendFormat(&out,
-                        "device=%s gpu_precision=%s cuda_graphs=%s num_workers=%d cpu_threads=%d "
-                        "warmup=%d\n",
-                        device, gpu_precision, cuda_graphs ? "true" : "false", num_workers,
-                        cpu_threads, warmup);
+                        "device=%s gpu_precision=%s cpu_precision=%s cuda_graphs=%s "
+                        "num_workers=%d cpu_threads=%d warmup=%d\n",
+                        device, gpu_precision, cpu_precision, cuda_graphs ? "true" : "false",
+                        num_workers, cpu_threads, warmup);
   absl::StrAppendFormat(&out,
                         "max_concurrent_streams=%d max_message_bytes=%d max_stream_duration_ms=%d "
                         "idle_timeout_ms=%d shutdown_grace_ms=%d idle_memory_release_ms=%d\n",

@@ -41,6 +41,10 @@ struct ServerOptions {
   // GPU only: "fp32" (CUDA cores, matches the CPU), "fp16" or "bf16" (tensor cores, FP32
   // accumulation; greedy transcripts equal FP32's on the parity fixtures). Ignored on the CPU.
   std::string gpu_precision = "fp32";
+  // CPU only: "auto" (bf16 where the CPU has AMX, else fp32), "fp32", or "bf16" (AMX tiles,
+  // FP32 accumulation; refused at start without AMX). See docs/PERFORMANCE.md for BF16's
+  // transcripts against FP32's.
+  std::string cpu_precision = "auto";
   // GPU only: replay each batch shape's forward as one CUDA graph (BackendOptions::cuda_graphs).
   bool cuda_graphs = true;
   // Backend replicas = scheduler worker threads. 0 (default): automatic, one per core

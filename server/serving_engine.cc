@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "engine/runtime/backend.h"
 #include "engine/status_macros.h"
+#include "kernels/cpu_features.h"
 #include "spdlog/spdlog.h"
 
 #if defined(__GLIBC__)
@@ -163,8 +164,9 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const Serve
                  m->lm != nullptr ? ", with an LM" : "", m->device_name, m->num_workers,
                  options.num_workers == 0 ? " (auto)" : "",
                  absl::StartsWith(m->device_name, "cpu")
-                     ? absl::StrCat(", ", options.cpu_threads, " intra-op thread(s) each")
-                     : absl::StrCat(", ", options.gpu_precision));
+                     ? absl::StrCat(", ", options.cpu_threads, " intra-op thread(s) each, ",
+                                    m->precision, " (", kernels::DescribeCpuFeatures(), ")")
+                     : absl::StrCat(", ", m->precision));
   }
   return engine;
 }

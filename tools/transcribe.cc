@@ -33,6 +33,9 @@ ABSL_FLAG(std::string, model_dir, "",
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda.");
 ABSL_FLAG(std::string, gpu_precision, "fp32",
           "GPU activations and GEMM operands: fp32, fp16 or bf16 (FP32 accumulation).");
+ABSL_FLAG(std::string, cpu_precision, "auto",
+          "CPU GEMM operands: auto (bf16 where the CPU has AMX, else fp32), fp32 or bf16 (AMX "
+          "tiles, FP32 accumulation).");
 ABSL_FLAG(int, threads, 1,
           "Intra-op threads of the CPU backend replica (each sub-block split among them; results "
           "are identical for any value). [1, 256]");
@@ -146,6 +149,12 @@ int Run(const std::vector<char*>& files) {
     std::fprintf(stderr, "error: %s\n", std::string(precision.status().message()).c_str());
     return 2;
   }
+  absl::StatusOr<jasper::kernels::Precision> cpu_precision =
+      jasper::ParseCpuPrecision(absl::GetFlag(FLAGS_cpu_precision));
+  if (!cpu_precision.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(cpu_precision.status().message()).c_str());
+    return 2;
+  }
   absl::StatusOr<jasper::DecoderConfig> decoder = DecoderFromFlags(**model);
   if (!decoder.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(decoder.status().message()).c_str());
@@ -154,6 +163,7 @@ int Run(const std::vector<char*>& files) {
   jasper::BackendOptions options;
   options.device = *device;
   options.gpu_precision = *precision;
+  options.cpu_precision = *cpu_precision;
   options.cpu_threads = absl::GetFlag(FLAGS_threads);
   options.keep_log_probs = decoder->beam;  // beam search reads every label's log-probability
   absl::StatusOr<std::unique_ptr<jasper::OfflineRecognizer>> recognizer =

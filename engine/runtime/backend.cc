@@ -1,6 +1,7 @@
 #include "engine/runtime/backend.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu_features.h"
 
 namespace jasper {
 
@@ -20,7 +21,21 @@ absl::StatusOr<kernels::Precision> ParseGpuPrecision(const std::string& name) {
       absl::StrCat("unknown GPU precision '", name, "' (expected fp32, fp16 or bf16)"));
 }
 
+absl::StatusOr<kernels::Precision> ParseCpuPrecision(const std::string& name) {
+  if (name == "fp32") return kernels::Precision::kFp32;
+  if (name == "bf16") return kernels::Precision::kBf16;
+  if (name == "auto") {
+    return kernels::ActiveCpuIsa() == kernels::CpuIsa::kAmx ? kernels::Precision::kBf16
+                                                            : kernels::Precision::kFp32;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown CPU precision '", name, "' (expected auto, fp32 or bf16)"));
+}
+
 absl::Status BackendOptions::Validate() const {
+  if (cpu_precision != kernels::Precision::kFp32 && cpu_precision != kernels::Precision::kBf16) {
+    return absl::InvalidArgumentError("cpu_precision must be fp32 or bf16");
+  }
   if (cpu_threads < 1 || cpu_threads > 256) {
     return absl::InvalidArgumentError(
         absl::StrCat("cpu_threads must be in [1, 256], got ", cpu_threads));

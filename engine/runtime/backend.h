@@ -71,6 +71,12 @@ absl::StatusOr<Device> ParseDevice(const std::string& name);
 // "fp32", "fp16" or "bf16".
 absl::StatusOr<kernels::Precision> ParseGpuPrecision(const std::string& name);
 
+// CPU precision of the GEMM operands (FP32 accumulation in every case): "fp32"; "bf16" (AMX
+// tiles; needs a CPU with AMX, see kernels/cpu_features.h); "auto": bf16 where the kernels can
+// use AMX, else fp32 (docs/PERFORMANCE.md: BF16's transcripts against FP32's). Resolved here, so
+// the result is never "auto".
+absl::StatusOr<kernels::Precision> ParseCpuPrecision(const std::string& name);
+
 struct BackendOptions {
   Device device = Device::kAuto;
   // CPU: intra-op threads per replica (each sub-block's frames split among them; the calling
@@ -84,8 +90,10 @@ struct BackendOptions {
   int max_batch = 8;
   int max_feature_frames = 1600;  // 16 s at 10 ms per frame
   int cuda_device = 0;
-  // GPU backends only (the CPU always runs FP32).
+  // GPU backends only.
   kernels::Precision gpu_precision = kernels::Precision::kFp32;
+  // CPU backend only: kFp32 or kBf16 (kBf16 needs AMX: creation fails without it).
+  kernels::Precision cpu_precision = kernels::Precision::kFp32;
   // CUDA: replay each (batch, frames) shape's whole forward (features in, every launch, results
   // out) as one CUDA graph, captured on the shape's second Run (the first launches directly). Up to
   // kMaxCudaGraphs shapes are kept (then all are dropped and recaptured); growing the workspaces

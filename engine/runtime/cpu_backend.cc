@@ -9,6 +9,7 @@
 #include "engine/runtime/cpu_thread_pool.h"
 #include "engine/runtime/execution_plan.h"
 #include "engine/status_macros.h"
+#include "kernels/cpu_features.h"
 #include "kernels/sub_block.h"
 
 namespace jasper {
@@ -34,7 +35,8 @@ class CpuBackend final : public Backend {
         residuals.push_back({nullptr, sub.residual_weights[p].data(), sub.residual_channels[p]});
       }
       packed_.push_back(kernels::PackSubBlock(sub.desc, WeightsOf(sub), residuals.data(),
-                                              static_cast<int>(residuals.size())));
+                                              static_cast<int>(residuals.size()),
+                                              options.cpu_precision));
       workspace = std::max(workspace, kernels::PackedSubBlockWorkspaceFloats(packed_.back()));
     }
     // One workspace per part (separate allocations: no false sharing between threads).
@@ -193,6 +195,12 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(std::shared_ptr<const 
                                                           bool use_reference) {
   if (model == nullptr) return absl::InvalidArgumentError("CreateCpuBackend: no model");
   JASPER_RETURN_IF_ERROR(options.Validate());
+  if (options.cpu_precision == kernels::Precision::kBf16 && !use_reference &&
+      kernels::ActiveCpuIsa() != kernels::CpuIsa::kAmx) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cpu_precision bf16 needs AMX, which the kernels cannot use here (",
+                     kernels::DescribeCpuFeatures(), "); use fp32 or auto"));
+  }
   absl::StatusOr<ExecutionPlan> plan = ExecutionPlan::Create(*model);
   if (!plan.ok()) return plan.status();
   return std::unique_ptr<Backend>(

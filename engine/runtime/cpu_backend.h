@@ -1,6 +1,7 @@
 // The CPU backend: walks the model's ExecutionPlan (engine/runtime/execution_plan.h, shared with
 // the CUDA backend) with one fused sub-block kernel per step (kernels::FusedSubBlockCpuPacked: the
-// weights packed once at creation for an AVX2/FMA GEMM micro-kernel, residual 1x1 convs
+// weights packed once at creation for the GEMM of options.cpu_precision, FP32 on AVX-512 / AVX2
+// micro-kernels or BF16 on AMX tiles, as kernels/cpu_features.h allows; residual 1x1 convs
 // concatenated along K, rows of a batch stacked into one GEMM) over channels-last activations.
 // See backend.h for the contract. Intra-op threads: options.cpu_threads (default 1) parts per
 // sub-block, run on a CpuThreadPool owned by the replica (the calling thread is part 0; one
@@ -24,7 +25,9 @@
 
 namespace jasper {
 
-// `use_reference` runs the plain reference kernels instead of the fused ones (tests).
+// `use_reference` runs the plain reference kernels instead of the fused ones (tests; FP32
+// whatever options.cpu_precision says). FAILED_PRECONDITION for cpu_precision kBf16 when the
+// kernels cannot use AMX.
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(std::shared_ptr<const Model> model,
                                                           const BackendOptions& options,
                                                           bool use_reference = false);

@@ -51,16 +51,6 @@ template <typename V>
 JASPER_ALWAYS_INLINE void StoreVec(const V* v, float* p) {
   std::memcpy(p, v, sizeof(*v));
 }
-// *v = {s, s, ...}. By pointer, like LoadVec (a by-value vector return changes the ABI).
-template <typename V>
-JASPER_ALWAYS_INLINE void Broadcast(float s, V* v) {
-  // An initializer list compiles to vbroadcastss (`V{} + s` adds a vaddss).
-  if constexpr (kLanes<V> == 16) {
-    *v = V{s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s};
-  } else {
-    *v = V{s, s, s, s, s, s, s, s};
-  }
-}
 
 inline int ChannelBlocks(int channels) { return (channels + kChannelBlock - 1) / kChannelBlock; }
 

@@ -34,7 +34,6 @@ namespace jasper::kernels {
 namespace {
 
 using cpu_internal::AlignToLine;
-using cpu_internal::Broadcast;
 using cpu_internal::ChannelBlocks;
 using cpu_internal::ClampedLength;
 using cpu_internal::DepthwiseTile;
@@ -95,8 +94,15 @@ JASPER_ALWAYS_INLINE void MicroKernel(const float* const* a, int kc, const float
     for (int v = 0; v < NV; ++v) LoadVec(b + v * b_vec, &bv[v]);
     b += kNr;
     for (int i = 0; i < MR; ++i) {
+      // An initializer list in place compiles to vbroadcastss (through a helper, GCC built the
+      // vector lane by lane; `V{} + s` adds a vaddss).
+      const float si = ap[i][k];
       V ai;
-      Broadcast(ap[i][k], &ai);
+      if constexpr (kL == 16) {
+        ai = V{si, si, si, si, si, si, si, si, si, si, si, si, si, si, si, si};
+      } else {
+        ai = V{si, si, si, si, si, si, si, si};
+      }
       for (int v = 0; v < NV; ++v) acc[i][v] += ai * bv[v];
     }
   }

@@ -1,6 +1,7 @@
 // jasper_bench: CPU speed of the fused sub-block kernel and of the whole QuartzNet 15x5 model.
 //
-// Sections (all FP32, random weights, channels-last, full-length utterances):
+// Sections (FP32 unless --precision=bf16; random weights, channels-last, full-length
+// utterances):
 //   peak      one-thread FMA peak of this CPU (AVX2+FMA, 12 independent accumulators), the
 //             yardstick for "% of FP32 peak".
 //   subblock  one separable sub-block (depthwise K taps + pointwise CxC + bias + ReLU) at batch 1:
@@ -23,7 +24,7 @@
 // recorded at start and end.
 //
 // Usage: jasper_bench [--quick] [--json=FILE] [--sections=peak,subblock,model,profile]
-//                     [--threads=1,2] [--case_name=NAME]
+//                     [--threads=1,2] [--case_name=NAME] [--precision=fp32|bf16]
 #include <cblas.h>
 
 #include <algorithm>
@@ -56,6 +57,7 @@
 #include "engine/runtime/cpu_backend.h"
 #include "engine/runtime/cpu_thread_pool.h"
 #include "kernels/blas_sub_block.h"
+#include "kernels/cpu_features.h"
 #include "kernels/sub_block.h"
 #include "nlohmann/json.hpp"
 #include "tests/random_model.h"
@@ -70,12 +72,19 @@ ABSL_FLAG(std::string, threads, "1,2",
           "Comma-separated thread counts to measure: intra-op threads of the packed kernel and "
           "the CPU backend (BackendOptions::cpu_threads), and OpenBLAS threads of the 'blas' "
           "comparison.");
+ABSL_FLAG(std::string, precision, "fp32",
+          "GEMM operands of the packed kernel and the CPU backend: fp32 or bf16 (AMX; refused "
+          "without it). int8 is not built yet. The ISA level follows kernels/cpu_features.h "
+          "(JASPER_CPU_ISA=avx2 etc. caps it).");
 ABSL_FLAG(std::string, case_name, "",
           "Run only this case: a sub-block name (sep_c256_k33_t100) or a model case with its "
           "batch (offline_10s_b1, stream_3.2s_b8). Used by tools/bench_peers.py to interleave.");
 
 namespace jasper {
 namespace {
+
+// --precision, for every packed kernel and backend the benchmark builds.
+kernels::Precision g_precision = kernels::Precision::kFp32;
 
 using Clock = std::chrono::steady_clock;
 using Json = nlohmann::ordered_json;
@@ -260,7 +269,7 @@ class FusedRunner {
     workspace_.assign(kernels::FusedSubBlockWorkspaceFloats(desc) + 64, 0.0f);
     y_.assign(static_cast<std::size_t>(batch) * out_time_ * desc.out_channels, 0.0f);
     packed_ = kernels::PackSubBlock(desc, weights, residuals_.data(),
-                                    static_cast<int>(residuals_.size()));
+                                    static_cast<int>(residuals_.size()), g_precision);
     packed_workspace_.assign(kernels::PackedSubBlockWorkspaceFloats(packed_), 0.0f);
     for (const auto& r : residuals_) residual_x_.push_back(r.x);
   }
@@ -477,6 +486,7 @@ Json RunModelCase(const std::shared_ptr<const Model>& model, const ModelCase& c,
   BackendOptions options;
   options.device = Device::kCpu;
   options.cpu_threads = threads;
+  options.cpu_precision = g_precision;
   options.max_batch = std::max(8, c.batch);
   options.max_feature_frames = std::max(1600, c.frames);
   absl::StatusOr<std::unique_ptr<Backend>> backend = CreateCpuBackend(model, options);
@@ -698,6 +708,20 @@ int Main(int argc, char** argv) {
     thread_counts.push_back(n);
   }
 
+  const std::string precision = absl::GetFlag(FLAGS_precision);
+  if (precision == "bf16") {
+    if (kernels::ActiveCpuIsa() != kernels::CpuIsa::kAmx) {
+      std::fprintf(stderr, "--precision=bf16 needs AMX (%s)\n",
+                   kernels::DescribeCpuFeatures().c_str());
+      return 2;
+    }
+    g_precision = kernels::Precision::kBf16;
+  } else if (precision != "fp32") {
+    std::fprintf(stderr, "--precision: '%s' is not fp32 or bf16 (int8 is not built yet)\n",
+                 precision.c_str());
+    return 2;
+  }
+
   TimingPlan small_plan{quick ? 2 : 3, quick ? 5 : 15, quick ? 0.005 : 0.02};
   TimingPlan model_plan{quick ? 1 : 2, quick ? 3 : 7, 0.0};
   TimingPlan profile_plan{1, quick ? 3 : 5, quick ? 0.003 : 0.01};
@@ -706,9 +730,13 @@ int Main(int argc, char** argv) {
   out["machine"]["cpu"] = CpuModelName();
   out["machine"]["hardware_threads"] = std::thread::hardware_concurrency();
   out["machine"]["loadavg_start"] = LoadAverage();
+  out["machine"]["cpu_features"] = kernels::DescribeCpuFeatures();
   out["quick"] = quick;
+  out["precision"] = precision;
+  out["isa"] = kernels::CpuIsaName(kernels::ActiveCpuIsa());
   std::printf("jasper_bench: %s, %u hardware threads, load average %s%s\n", CpuModelName().c_str(),
               std::thread::hardware_concurrency(), LoadAverage().c_str(), quick ? " (quick)" : "");
+  std::printf("CPU: %s; precision %s\n", kernels::DescribeCpuFeatures().c_str(), precision.c_str());
 
   double peak = 0.0;
   if (want("peak") || want("subblock")) {
