@@ -4,7 +4,7 @@
 //   y[rows, C_out] = act( [A_main | A_res0 | A_res1 ...] x [W_main; W_res0; W_res1 ...] + bias )
 // where the K-segments of A are given by row pointers:
 //   separable: A_main row r = the depthwise output of that frame (computed into the workspace
-//              just before, from a channel-blocked staged window, see fused.cc);
+//              just before, from a channel-blocked staged window, see depthwise.cc);
 //   dense 1x1: A_main row r = the input row the frame reads, or a zero row when it is masked;
 //   dense K>1: A_main row r = K consecutive input rows of a staged (or, inside the utterance,
 //              in-place) window when dilation == 1 (one K*C_in segment), else one C_in segment
@@ -14,12 +14,12 @@
 // and dense 1x1): a batch of short windows fills the tile like one long utterance. Frames at or
 // past out_len are only zero-filled.
 //
-// The GEMM is BLIS-like without packing A: K in chunks of kKChunk, then 16-column panels of B
-// (a kKChunk x 16 micro-panel stays in L1/L2 while every row block of the tile streams past
-// it), then 6-row blocks (6 x 16 micro-kernel: 12 accumulators + 2 B vectors + 1 broadcast
-// = 15 of the 16 AVX registers; 8 loads per 12 FMAs). The first K chunk stores, later chunks
-// accumulate, and the last applies bias and activation before its store: no extra pass over
-// the output.
+// FP32: the GEMM is BLIS-like without packing A: K in chunks of kKChunk, then 16-column panels
+// of B (AVX-512: pairs of panels; a kKChunk-row micro-panel stays in L1/L2 while every row block
+// of the tile streams past it), then row blocks (AVX2 6 x 16, AVX-512 12 x 32 micro-kernel).
+// The first K chunk stores, later chunks accumulate, and the last applies bias and activation
+// before its store: no extra pass over the output. The ISA level is read once per call
+// (kernels/cpu_features.h). BF16: the same driver hands the segments to amx_bf16.cc's GEMM.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
