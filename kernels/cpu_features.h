@@ -8,7 +8,8 @@
 //   kBaseline  portable vector code (x86-64 SSE2, or any other architecture)
 //   kAvx2      AVX2 + FMA (8-float vectors, 16 registers)
 //   kAvx512    AVX-512 F/BW/VL/DQ (16-float vectors, 32 registers), FP32 only
-//   kAmx       AMX tiles with BF16 (and AVX-512 BF16 for conversions): the BF16 GEMM
+//   kAmx       AMX tiles with BF16 (and AVX-512 BF16 for conversions): the BF16 GEMM; without
+//              AMX, a CPU with AVX-512 BF16 runs the BF16 GEMM at kAvx512 with vdpbf16ps
 //
 // The level the kernels use is the highest the CPU and the OS allow, lowered by the environment
 // (JASPER_CPU_ISA=baseline|avx2|avx512|amx caps it; JASPER_KERNELS_BASELINE=1 means baseline)
@@ -45,6 +46,11 @@ const CpuFeatures& GetCpuFeatures();
 
 // The level kernels use now: min(best, cap).
 CpuIsa ActiveCpuIsa();
+
+// Whether BF16 GEMMs run in hardware at the active level: AMX tiles (kAmx), or vdpbf16ps
+// (kAvx512 on a CPU with AVX-512 BF16, e.g. AMD Zen 4). Without it a kBf16 sub-block runs on
+// portable loops (correct, slow).
+bool HasBf16Gemm();
 
 // Caps the level (a cap above `best` means `best`); returns the previous cap. Takes effect for
 // kernel calls that start afterwards. Thread-safe.

@@ -152,8 +152,9 @@ struct PackedSubBlock {
 // Packs `weights` and the residual branches' weights (residuals[p].weight, .channels; .x is not
 // read) for `precision` (kFp32 or kBf16; anything else gives an invalid block). Allocates; call
 // once per sub-block at load time. Any CPU can pack and run either precision: kBf16 runs on AMX
-// tiles when kernels::ActiveCpuIsa() is kAmx (cpu_features.h), else on a portable path with the
-// same BF16 rounding (slow: for tests and for machines without AMX that ask for BF16).
+// tiles when kernels::ActiveCpuIsa() is kAmx (cpu_features.h), on AVX-512 BF16 (vdpbf16ps) at
+// kAvx512 where the CPU has it, else on a portable path with the same BF16 rounding (slow: for
+// tests; kernels::HasBf16Gemm() tells which).
 PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& weights,
                             const ResidualInput* residuals, int num_residuals,
                             Precision precision = Precision::kFp32);

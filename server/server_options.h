@@ -42,8 +42,8 @@ struct ServerOptions {
   // accumulation; greedy transcripts equal FP32's on the parity fixtures). Ignored on the CPU.
   std::string gpu_precision = "fp32";
   // CPU only: "auto" (bf16 where the CPU has AMX, else fp32), "fp32", or "bf16" (AMX tiles,
-  // FP32 accumulation; refused at start without AMX). See docs/PERFORMANCE.md for BF16's
-  // transcripts against FP32's.
+  // FP32 accumulation; vdpbf16ps on AVX-512 BF16 CPUs without AMX; refused at start without
+  // either). See docs/PERFORMANCE.md for BF16's transcripts against FP32's.
   std::string cpu_precision = "auto";
   // GPU only: replay each batch shape's forward as one CUDA graph (BackendOptions::cuda_graphs).
   bool cuda_graphs = true;

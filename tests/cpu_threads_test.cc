@@ -30,10 +30,10 @@ namespace {
 
 using test_util::BuildModel;
 
-// FP32, and BF16 where the kernels can use AMX.
+// FP32, and BF16 where the kernels have a BF16 GEMM in hardware (AMX or AVX-512 BF16).
 std::vector<kernels::Precision> Precisions() {
   std::vector<kernels::Precision> p = {kernels::Precision::kFp32};
-  if (kernels::ActiveCpuIsa() == kernels::CpuIsa::kAmx) p.push_back(kernels::Precision::kBf16);
+  if (kernels::HasBf16Gemm()) p.push_back(kernels::Precision::kBf16);
   return p;
 }
 
@@ -224,8 +224,8 @@ TEST(CpuThreadsTest, RejectsOutOfRangeThreadCounts) {
   }
 }
 
-// --cpu_precision: names, "auto" by the CPU's AMX, and BF16 refused where the kernels cannot
-// use AMX (simulated here by capping the ISA level below AMX).
+// --cpu_precision: names, "auto" by the CPU's AMX, and BF16 refused where the kernels have no BF16
+// GEMM in hardware (simulated here by capping the ISA level at AVX2).
 TEST(BackendOptionsTest, CpuPrecisionNamesAutoAndRefusal) {
   EXPECT_EQ(*ParseCpuPrecision("fp32"), kernels::Precision::kFp32);
   EXPECT_EQ(*ParseCpuPrecision("bf16"), kernels::Precision::kBf16);
@@ -237,7 +237,8 @@ TEST(BackendOptionsTest, CpuPrecisionNamesAutoAndRefusal) {
             amx ? kernels::Precision::kBf16 : kernels::Precision::kFp32);
   auto model = BuildModel(test_util::SeparableConfig(), 14);
   ASSERT_NE(model, nullptr);
-  const kernels::CpuIsa previous = kernels::SetCpuIsaCap(kernels::CpuIsa::kAvx512);
+  const kernels::CpuIsa previous = kernels::SetCpuIsaCap(kernels::CpuIsa::kAvx2);
+  EXPECT_FALSE(kernels::HasBf16Gemm());
   EXPECT_EQ(*ParseCpuPrecision("auto"), kernels::Precision::kFp32);
   BackendOptions options;
   options.device = Device::kCpu;

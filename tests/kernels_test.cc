@@ -139,7 +139,8 @@ void Garble(std::vector<float>& v, int batch, int time, int channels, const std:
 }
 
 // The packed kernel's paths on this CPU: every ISA level up to the active one with FP32 (AMX
-// runs FP32 like AVX-512), and BF16 on the portable loops and, where the CPU has it, on AMX.
+// runs FP32 like AVX-512), and BF16 on the portable loops and, where the CPU has them, on
+// AVX-512 BF16 (vdpbf16ps) and on AMX.
 struct Variant {
   CpuIsa isa;
   Precision precision;
@@ -155,6 +156,9 @@ std::vector<Variant> Variants() {
     if (isa <= top) variants.push_back({isa, Precision::kFp32});
   }
   variants.push_back({CpuIsa::kBaseline, Precision::kBf16});
+  if (top >= CpuIsa::kAvx512 && GetCpuFeatures().avx512_bf16) {
+    variants.push_back({CpuIsa::kAvx512, Precision::kBf16});  // vdpbf16ps
+  }
   if (top == CpuIsa::kAmx) variants.push_back({CpuIsa::kAmx, Precision::kBf16});
   return variants;
 }
@@ -697,6 +701,15 @@ TEST(CpuPathTest, Avx2Fp32) {
 
 TEST(CpuPathTest, Avx512Fp32) {
   if (ActiveCpuIsa() < CpuIsa::kAvx512) GTEST_SKIP() << "no AVX-512: " << DescribeCpuFeatures();
+  RunCase(QuartzNetLike());
+}
+
+TEST(CpuPathTest, Avx512Bf16) {
+  if (ActiveCpuIsa() < CpuIsa::kAvx512 || !GetCpuFeatures().avx512_bf16) {
+    GTEST_SKIP() << "no AVX-512 BF16: " << DescribeCpuFeatures();
+  }
+  const ScopedIsa avx512(CpuIsa::kAvx512);
+  ASSERT_TRUE(HasBf16Gemm());
   RunCase(QuartzNetLike());
 }
 

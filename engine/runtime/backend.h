@@ -72,8 +72,9 @@ absl::StatusOr<Device> ParseDevice(const std::string& name);
 absl::StatusOr<kernels::Precision> ParseGpuPrecision(const std::string& name);
 
 // CPU precision of the GEMM operands (FP32 accumulation in every case): "fp32"; "bf16" (AMX
-// tiles; needs a CPU with AMX, see kernels/cpu_features.h); "auto": bf16 where the kernels can
-// use AMX, else fp32 (docs/PERFORMANCE.md: BF16's transcripts against FP32's). Resolved here, so
+// tiles, or vdpbf16ps on a CPU with AVX-512 BF16 but no AMX; kernels/cpu_features.h); "auto":
+// bf16 where the kernels can use AMX, else fp32 (on this project's Xeon the vdpbf16ps path is
+// slower than FP32 AVX-512, so auto does not pick it; docs/PERFORMANCE.md). Resolved here, so
 // the result is never "auto".
 absl::StatusOr<kernels::Precision> ParseCpuPrecision(const std::string& name);
 

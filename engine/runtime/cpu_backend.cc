@@ -196,9 +196,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(std::shared_ptr<const 
   if (model == nullptr) return absl::InvalidArgumentError("CreateCpuBackend: no model");
   JASPER_RETURN_IF_ERROR(options.Validate());
   if (options.cpu_precision == kernels::Precision::kBf16 && !use_reference &&
-      kernels::ActiveCpuIsa() != kernels::CpuIsa::kAmx) {
+      !kernels::HasBf16Gemm()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("cpu_precision bf16 needs AMX, which the kernels cannot use here (",
+        absl::StrCat("cpu_precision bf16 needs AMX or AVX-512 BF16, which the kernels cannot use "
+                     "here (",
                      kernels::DescribeCpuFeatures(), "); use fp32 or auto"));
   }
   absl::StatusOr<ExecutionPlan> plan = ExecutionPlan::Create(*model);

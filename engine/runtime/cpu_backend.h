@@ -27,7 +27,7 @@ namespace jasper {
 
 // `use_reference` runs the plain reference kernels instead of the fused ones (tests; FP32
 // whatever options.cpu_precision says). FAILED_PRECONDITION for cpu_precision kBf16 when the
-// kernels cannot use AMX.
+// kernels have no BF16 GEMM in hardware (kernels::HasBf16Gemm(): AMX or AVX-512 BF16).
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(std::shared_ptr<const Model> model,
                                                           const BackendOptions& options,
                                                           bool use_reference = false);

@@ -152,6 +152,11 @@ CpuIsa ActiveCpuIsa() {
   return static_cast<CpuIsa>(cap < best ? cap : best);
 }
 
+bool HasBf16Gemm() {
+  const CpuIsa isa = ActiveCpuIsa();
+  return isa == CpuIsa::kAmx || (isa == CpuIsa::kAvx512 && GetCpuFeatures().avx512_bf16);
+}
+
 CpuIsa SetCpuIsaCap(CpuIsa cap) {
   return static_cast<CpuIsa>(Cap().exchange(static_cast<int>(cap)));
 }

@@ -1,6 +1,6 @@
 // Internal helpers shared by the fused CPU sub-block kernels (blas_sub_block.cc: OpenBLAS GEMMs
 // on the caller's unpacked weights; packed.cc: own FP32 micro-kernels on weights packed at load
-// time; amx_bf16.cc: the AMX BF16 path). Not a public interface: include only from
+// time; bf16_gemm.cc: the BF16 GEMM on AMX, AVX-512 BF16 or portable loops). Not a public interface: include only from
 // kernels/cpu/*.cc.
 //
 // Layouts: activations are row-major [rows, channels]. "Channel-blocked" buffers hold
@@ -98,8 +98,9 @@ using GemmTileFn = void (*)(const PackedSubBlock& p, const Segment* segments, in
                             int rows, float* const* c_rows, float* scratch);
 constexpr int kTileRows = 256;  // output rows per GEMM tile (see packed.cc)
 
-// The BF16 GEMM (amx_bf16.cc): AMX tiles when kernels::ActiveCpuIsa() is kAmx, else the portable
-// loops; both round A to BF16 as they gather it. For packed.precision == kBf16.
+// The BF16 GEMM (bf16_gemm.cc): AMX tiles when kernels::ActiveCpuIsa() is kAmx, vdpbf16ps at
+// kAvx512 on a CPU with AVX-512 BF16, else the portable loops; all round A to BF16 as they gather
+// it. For packed.precision == kBf16.
 GemmTileFn GemmTileBf16();
 std::size_t GemmBf16ScratchFloats(const PackedSubBlock& p);
 // Packs B for kBf16 (the fields documented in sub_block.h); p->k_main, k_total, n_panels and

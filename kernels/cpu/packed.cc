@@ -19,7 +19,7 @@
 // of the tile streams past it), then row blocks (AVX2 6 x 16, AVX-512 12 x 32 micro-kernel).
 // The first K chunk stores, later chunks accumulate, and the last applies bias and activation
 // before its store: no extra pass over the output. The ISA level is read once per call
-// (kernels/cpu_features.h). BF16: the same driver hands the segments to amx_bf16.cc's GEMM.
+// (kernels/cpu_features.h). BF16: the same driver hands the segments to bf16_gemm.cc's GEMM.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>

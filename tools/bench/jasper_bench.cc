@@ -710,8 +710,8 @@ int Main(int argc, char** argv) {
 
   const std::string precision = absl::GetFlag(FLAGS_precision);
   if (precision == "bf16") {
-    if (kernels::ActiveCpuIsa() != kernels::CpuIsa::kAmx) {
-      std::fprintf(stderr, "--precision=bf16 needs AMX (%s)\n",
+    if (!kernels::HasBf16Gemm()) {
+      std::fprintf(stderr, "--precision=bf16 needs AMX or AVX-512 BF16 (%s)\n",
                    kernels::DescribeCpuFeatures().c_str());
       return 2;
     }

@@ -14,8 +14,10 @@
 // whatever the buffer holds and never stored. After the last chunk, one epilogue pass adds the
 // bias, applies the activation and stores the valid columns to the output rows.
 //
-// Without AMX (kernels::ActiveCpuIsa() below kAmx) the same buffers run through plain loops:
-// the same BF16 rounding of A and B, FP32 accumulation in another order.
+// Without AMX, on a CPU with AVX-512 BF16 (kAvx512 level), each chunk runs on vdpbf16ps instead
+// (12 rows x 32 columns per call, straight into the FP32 accumulators); below that, the same
+// buffers run through plain loops: the same BF16 rounding of A and B, FP32 accumulation in
+// another order.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -237,6 +239,115 @@ void GemmTileBf16Portable(const PackedSubBlock& p, const Segment* segments, int 
       target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2," \
              "fma")))
 
+#define JASPER_AVX512BF16_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")))
+
+// a[r][(g - g0) * group_pad + c] = bf16(seg row r, group g, channel c), zero for c >= group,
+// with vcvtne2ps2bf16 (the AMX and the AVX-512 BF16 kernels).
+JASPER_AVX512BF16_TARGET void GatherAvx512Bf16(const Segment& seg, const SegmentGroups& g, int g0,
+                                               int gc, int rows, Bf16* a, int ld) {
+  for (int r = 0; r < rows; ++r) {
+    const float* src_row = seg.rows[r] + seg.offset;
+    Bf16* dst_row = a + static_cast<Index>(r) * ld;
+    for (int gi = 0; gi < gc; ++gi) {
+      const float* src = src_row + static_cast<Index>(g0 + gi) * g.group;
+      Bf16* dst = dst_row + static_cast<Index>(gi) * g.group_pad;
+      int c = 0;
+      for (; c + 32 <= g.group; c += 32) {
+        const __m512 lo = _mm512_loadu_ps(src + c);
+        const __m512 hi = _mm512_loadu_ps(src + c + 16);
+        const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+        _mm512_storeu_si512(dst + c, h);
+      }
+      for (; c < g.group; c += 16) {  // tail: masked loads read zeros past the group
+        const int n = std::min(16, g.group - c);
+        const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
+        const __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + c));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), h);
+      }
+      if (c < g.group_pad) std::memset(dst + c, 0, sizeof(Bf16) * (g.group_pad - c));
+    }
+  }
+}
+
+// AVX-512 BF16 without AMX (e.g. AMD Zen 4, Intel Cooper Lake): vdpbf16ps on the same packed B
+// (its [k / 2][16][2] panels are vdpbf16ps's operand layout), MR rows x 32 columns per call:
+// 2 * MR accumulators + 2 B vectors + 1 broadcast A pair (27 of the 32 registers for MR = 12),
+// 2 B loads and MR broadcasts per 2 * MR instructions of 32 multiply-adds each.
+template <int MR>
+JASPER_AVX512BF16_TARGET JASPER_ALWAYS_INLINE void DpBf16Rows(const Bf16* a, int ld, int cols,
+                                                              const Bf16* b0, const Bf16* b1,
+                                                              bool first, float* acc,
+                                                              int acc_cols) {
+  __m512 c0[MR], c1[MR];
+  for (int i = 0; i < MR; ++i) {
+    float* row = acc + static_cast<Index>(i) * acc_cols;
+    c0[i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(row);
+    c1[i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(row + kNr);
+  }
+  for (int k = 0; k < cols; k += 2) {
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(b0 + static_cast<Index>(k) * kNr);
+    const __m512bh w1 = (__m512bh)_mm512_loadu_si512(b1 + static_cast<Index>(k) * kNr);
+    for (int i = 0; i < MR; ++i) {
+      // One pair of BF16 as a 32-bit lane, broadcast straight from memory (vbroadcastss).
+      const __m512bh x = (__m512bh)_mm512_castps_si512(_mm512_broadcastss_ps(
+          _mm_load_ss(reinterpret_cast<const float*>(a + static_cast<Index>(i) * ld + k))));
+      c0[i] = _mm512_dpbf16_ps(c0[i], x, w0);
+      c1[i] = _mm512_dpbf16_ps(c1[i], x, w1);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    float* row = acc + static_cast<Index>(i) * acc_cols;
+    _mm512_storeu_ps(row, c0[i]);
+    _mm512_storeu_ps(row + kNr, c1[i]);
+  }
+}
+
+template <int MR>
+JASPER_AVX512BF16_TARGET JASPER_ALWAYS_INLINE void DpBf16AnyRows(int mr, const Bf16* a, int ld,
+                                                                 int cols, const Bf16* b0,
+                                                                 const Bf16* b1, bool first,
+                                                                 float* acc, int acc_cols) {
+  if constexpr (MR > 1) {
+    if (mr < MR) {
+      DpBf16AnyRows<MR - 1>(mr, a, ld, cols, b0, b1, first, acc, acc_cols);
+      return;
+    }
+  }
+  DpBf16Rows<MR>(a, ld, cols, b0, b1, first, acc, acc_cols);
+}
+
+struct Avx512Bf16Kernel {
+  static constexpr int kMr = 12;
+  static void Begin() {}
+  static void End() {}
+  static JASPER_AVX512BF16_TARGET void Gather(const Segment& seg, const SegmentGroups& g, int g0,
+                                              int gc, int rows, Bf16* a, int ld) {
+    GatherAvx512Bf16(seg, g, g0, gc, rows, a, ld);
+  }
+  static JASPER_AVX512BF16_TARGET void Block(const PackedSubBlock& p, const ChunkArgs& c) {
+    const int acc_cols = AccCols(p);
+    for (int n0 = 0; n0 < acc_cols; n0 += 2 * kNr) {
+      const Bf16* b0 = p.b_bf16.data() + (static_cast<Index>(n0 / kNr) * p.k_pad + c.kp0) * kNr;
+      const Bf16* b1 = b0 + static_cast<Index>(p.k_pad) * kNr;
+      for (int r0 = 0; r0 < c.rows; r0 += kMr) {
+        const int mr = std::min(kMr, c.rows - r0);
+        DpBf16AnyRows<kMr>(mr, c.a + static_cast<Index>(r0) * c.ld, c.ld, c.cols, b0, b1, c.first,
+                           c.acc + static_cast<Index>(r0) * acc_cols + n0, acc_cols);
+      }
+    }
+  }
+  static JASPER_AVX512BF16_TARGET void Epilogue(const PackedSubBlock& p, const float* acc, int rows,
+                                                float* const* c_rows) {
+    EpilogueRows(p, acc, rows, c_rows);
+  }
+};
+
+void GemmTileBf16Avx512(const PackedSubBlock& p, const Segment* segments, int num_segments,
+                        int rows, float* const* c_rows, float* scratch) {
+  GemmTileBf16Impl<Avx512Bf16Kernel>(p, segments, num_segments, rows, c_rows, scratch);
+}
+
 // ldtilecfg's 64-byte operand: palette 1, tiles 0-7 all 16 rows x 64 bytes.
 struct alignas(64) TileConfig {
   std::uint8_t palette = 1;
@@ -261,28 +372,7 @@ struct AmxKernel {
 
   static JASPER_AMX_TARGET void Gather(const Segment& seg, const SegmentGroups& g, int g0, int gc,
                                        int rows, Bf16* a, int ld) {
-    for (int r = 0; r < rows; ++r) {
-      const float* src_row = seg.rows[r] + seg.offset;
-      Bf16* dst_row = a + static_cast<Index>(r) * ld;
-      for (int gi = 0; gi < gc; ++gi) {
-        const float* src = src_row + static_cast<Index>(g0 + gi) * g.group;
-        Bf16* dst = dst_row + static_cast<Index>(gi) * g.group_pad;
-        int c = 0;
-        for (; c + 32 <= g.group; c += 32) {
-          const __m512 lo = _mm512_loadu_ps(src + c);
-          const __m512 hi = _mm512_loadu_ps(src + c + 16);
-          const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-          _mm512_storeu_si512(dst + c, h);
-        }
-        for (; c < g.group; c += 16) {  // tail: masked loads read zeros past the group
-          const int n = std::min(16, g.group - c);
-          const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
-          const __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + c));
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), h);
-        }
-        if (c < g.group_pad) std::memset(dst + c, 0, sizeof(Bf16) * (g.group_pad - c));
-      }
-    }
+    GatherAvx512Bf16(seg, g, g0, gc, rows, a, ld);
   }
 
   static JASPER_AMX_TARGET void Block(const PackedSubBlock& p, const ChunkArgs& c) {
@@ -347,7 +437,9 @@ void GemmTileBf16Amx(const PackedSubBlock& p, const Segment* segments, int num_s
 
 GemmTileFn GemmTileBf16() {
 #if JASPER_X86_DISPATCH
-  if (ActiveCpuIsa() == CpuIsa::kAmx) return GemmTileBf16Amx;
+  const CpuIsa isa = ActiveCpuIsa();
+  if (isa == CpuIsa::kAmx) return GemmTileBf16Amx;
+  if (isa == CpuIsa::kAvx512 && GetCpuFeatures().avx512_bf16) return GemmTileBf16Avx512;
 #endif
   return GemmTileBf16Portable;
 }
