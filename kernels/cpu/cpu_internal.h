@@ -1,7 +1,7 @@
 // Internal helpers shared by the fused CPU sub-block kernels (blas_sub_block.cc: OpenBLAS GEMMs
 // on the caller's unpacked weights; packed.cc: own FP32 micro-kernels on weights packed at load
-// time; bf16_gemm.cc: the BF16 GEMM on AMX, AVX-512 BF16 or portable loops). Not a public interface: include only from
-// kernels/cpu/*.cc.
+// time; bf16_gemm.cc: the BF16 GEMM on AMX, AVX-512 BF16 or portable loops). Not a public
+// interface: include only from kernels/cpu/*.cc.
 //
 // Layouts: activations are row-major [rows, channels]. "Channel-blocked" buffers hold
 // [ceil(C / 16)][rows][16] floats (the padding channels of the last block are zero).
