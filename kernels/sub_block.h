@@ -179,7 +179,7 @@ void FusedSubBlockCpuPacked(const PackedSubBlock& packed, const float* x,
 // One part of FusedSubBlockCpuPacked, for intra-op threading (0 <= part < num_parts, else it
 // does nothing). The batch's valid output frames, stacked in batch order, are cut into
 // num_parts contiguous ranges of near-equal size (whole blocks of 12 rows for kFp32, the FP32
-// micro-kernels' row counts, and of 32 for kBf16, the AMX block's; trailing
+// micro-kernels' row counts, and of 16 for kBf16, an AMX tile's; trailing
 // parts may be empty when there are fewer rows than parts); this call computes the frames of its
 // range, in tiles of up to 256 rows, and zero-fills the frames past out_lengths[b] of the
 // utterances with b % num_parts == part. Running every part once writes every element of `y`

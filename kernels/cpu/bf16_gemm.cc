@@ -10,8 +10,9 @@
 // 0-3 hold the 2 x 2 FP32 16 x 16 accumulators (zeroed on the first chunk, loaded from and
 // stored to the FP32 accumulator buffer [rows, C_out padded to 32] around later chunks), tiles 4-5
 // two 16-row A slices of 32 K values, tiles 6-7 two 16-column B panels (16 K pairs each); one
-// tdpbf16ps per (A, B) pair. Rows past `rows` up to the next multiple of 32 are computed from
-// whatever the buffer holds and never stored. After the last chunk, one epilogue pass adds the
+// tdpbf16ps per (A, B) pair; a last block of 16 rows uses one A slice and two accumulators.
+// Rows past `rows` up to the next multiple of 16 are computed from whatever the buffer holds
+// and never stored. After the last chunk, one epilogue pass adds the
 // bias, applies the activation and stores the valid columns to the output rows.
 //
 // Without AMX, on a CPU with AVX-512 BF16 (kAvx512 level), each chunk runs on vdpbf16ps instead
@@ -383,12 +384,32 @@ struct AmxKernel {
     const Index acc_stride = static_cast<Index>(acc_cols) * sizeof(float);
     const Index a_stride = static_cast<Index>(c.ld) * sizeof(Bf16);
     const Index b_stride = kNr * 2 * sizeof(Bf16);  // one K pair of 16 columns: 64 bytes
-    const int rows_pad = RoundUp(c.rows, 32);
+    const int rows_pad = RoundUp(c.rows, 16);
     for (int n0 = 0; n0 < acc_cols; n0 += 2 * kNr) {
       const Bf16* b0 = p.b_bf16.data() + (static_cast<Index>(n0 / kNr) * p.k_pad + c.kp0) * kNr;
       const Bf16* b1 = b0 + static_cast<Index>(p.k_pad) * kNr;
       for (int m0 = 0; m0 < rows_pad; m0 += 32) {
         float* acc = c.acc + static_cast<Index>(m0) * acc_cols + n0;
+        const Bf16* a0 = c.a + static_cast<Index>(m0) * c.ld;
+        if (m0 + 16 == rows_pad) {  // a last block of 16 rows: one A tile, two accumulators
+          if (c.first) {
+            _tile_zero(0);
+            _tile_zero(1);
+          } else {
+            _tile_loadd(0, acc, acc_stride);
+            _tile_loadd(1, acc + kNr, acc_stride);
+          }
+          for (int k = 0; k < c.cols; k += kKGroup) {
+            _tile_loadd(4, a0 + k, a_stride);
+            _tile_loadd(6, b0 + static_cast<Index>(k) * kNr, b_stride);
+            _tile_loadd(7, b1 + static_cast<Index>(k) * kNr, b_stride);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+          }
+          _tile_stored(0, acc, acc_stride);
+          _tile_stored(1, acc + kNr, acc_stride);
+          continue;
+        }
         float* acc_lo = acc + static_cast<Index>(16) * acc_cols;
         if (c.first) {
           _tile_zero(0);
@@ -401,7 +422,6 @@ struct AmxKernel {
           _tile_loadd(2, acc_lo, acc_stride);
           _tile_loadd(3, acc_lo + kNr, acc_stride);
         }
-        const Bf16* a0 = c.a + static_cast<Index>(m0) * c.ld;
         const Bf16* a1 = a0 + static_cast<Index>(16) * c.ld;
         for (int k = 0; k < c.cols; k += kKGroup) {
           _tile_loadd(4, a0 + k, a_stride);

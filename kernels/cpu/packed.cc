@@ -59,11 +59,11 @@ constexpr int kNr = 16;  // columns per B panel
 // Rows per micro-kernel call: AVX2 6 x 16 (12 accumulators + 2 B vectors + 1 broadcast = 15 of
 // the 16 registers; 8 loads per 12 FMAs), AVX-512 12 x 32 (two panels: 24 accumulators + 2 B +
 // 1 broadcast = 27 of the 32 registers; 14 loads per 24 FMAs). Part boundaries fall on
-// multiples of kRowGranuleFp32 (a multiple of both) or, for BF16, of the AMX block's 32 rows.
+// multiples of kRowGranuleFp32 (a multiple of both) or, for BF16, of an AMX tile's 16 rows.
 constexpr int kMrAvx2 = 6;
 constexpr int kMrAvx512 = 12;
 constexpr int kRowGranuleFp32 = 12;
-constexpr int kRowGranuleBf16 = 32;
+constexpr int kRowGranuleBf16 = 16;
 // K per chunk. Measured (one Zen 2 core, separable C=256/512, K=33..75, T=25..500, batch 1 and
 // 8): K chunk 128 / 256 / 512 / 1024 gave ~86 / ~89 / ~94 / ~94 GFLOP/s (a 512 x 16 B
 // micro-panel is 32 KB, Zen 2's whole L1, yet the prefetchers keep up; one chunk per
