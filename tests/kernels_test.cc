@@ -696,11 +696,13 @@ Case QuartzNetLike() {
 
 TEST(CpuPathTest, Avx2Fp32) {
   if (ActiveCpuIsa() < CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2: " << DescribeCpuFeatures();
+  const ScopedIsa avx2(CpuIsa::kAvx2);  // this level and those below it
   RunCase(QuartzNetLike());
 }
 
 TEST(CpuPathTest, Avx512Fp32) {
   if (ActiveCpuIsa() < CpuIsa::kAvx512) GTEST_SKIP() << "no AVX-512: " << DescribeCpuFeatures();
+  const ScopedIsa avx512(CpuIsa::kAvx512);
   RunCase(QuartzNetLike());
 }
 

@@ -139,17 +139,30 @@ struct ChunkArgs {
   float* acc;  // [rows rounded to 32][AccCols]
 };
 
-// a[r][(g - g0) * group_pad + c] = bf16(seg row r, group g, channel c), zero for c >= group.
-JASPER_ALWAYS_INLINE void GatherPortable(const Segment& seg, const SegmentGroups& g, int g0, int gc,
-                                         int rows, Bf16* a, int ld) {
+// Converts src[0, n) to BF16 at dst; returns how many elements it wrote (>= n; the extra ones
+// are zero).
+using ConvertRowFn = int (*)(const float* src, int n, Bf16* dst);
+
+int ConvertRowPortable(const float* src, int n, Bf16* dst) {
+  for (int c = 0; c < n; ++c) dst[c] = ToBf16(src[c]);
+  return n;
+}
+
+// a[r][(g - g0) * group_pad + c] = bf16(seg row r, group g, channel c), zero for c >= group: the
+// one walk over a chunk's rows and groups, with the conversion of each group's run (one call per
+// run of C_in or residual channels).
+void GatherGroups(const Segment& seg, const SegmentGroups& g, int g0, int gc, int rows, Bf16* a,
+                  int ld, ConvertRowFn convert) {
   for (int r = 0; r < rows; ++r) {
     const float* src_row = seg.rows[r] + seg.offset;
     Bf16* dst_row = a + static_cast<Index>(r) * ld;
     for (int gi = 0; gi < gc; ++gi) {
       const float* src = src_row + static_cast<Index>(g0 + gi) * g.group;
       Bf16* dst = dst_row + static_cast<Index>(gi) * g.group_pad;
-      for (int c = 0; c < g.group; ++c) dst[c] = ToBf16(src[c]);
-      std::memset(dst + g.group, 0, sizeof(Bf16) * (g.group_pad - g.group));
+      const int written = convert(src, g.group, dst);
+      if (written < g.group_pad) {
+        std::memset(dst + written, 0, sizeof(Bf16) * (g.group_pad - written));
+      }
     }
   }
 }
@@ -202,7 +215,7 @@ struct PortableKernel {
   static void End() {}
   static void Gather(const Segment& seg, const SegmentGroups& g, int g0, int gc, int rows, Bf16* a,
                      int ld) {
-    GatherPortable(seg, g, g0, gc, rows, a, ld);
+    GatherGroups(seg, g, g0, gc, rows, a, ld, ConvertRowPortable);
   }
   static void Block(const PackedSubBlock& p, const ChunkArgs& c) {
     const int acc_cols = AccCols(p);
@@ -243,32 +256,21 @@ void GemmTileBf16Portable(const PackedSubBlock& p, const Segment* segments, int 
 #define JASPER_AVX512BF16_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")))
 
-// a[r][(g - g0) * group_pad + c] = bf16(seg row r, group g, channel c), zero for c >= group,
-// with vcvtne2ps2bf16 (the AMX and the AVX-512 BF16 kernels).
-JASPER_AVX512BF16_TARGET void GatherAvx512Bf16(const Segment& seg, const SegmentGroups& g, int g0,
-                                               int gc, int rows, Bf16* a, int ld) {
-  for (int r = 0; r < rows; ++r) {
-    const float* src_row = seg.rows[r] + seg.offset;
-    Bf16* dst_row = a + static_cast<Index>(r) * ld;
-    for (int gi = 0; gi < gc; ++gi) {
-      const float* src = src_row + static_cast<Index>(g0 + gi) * g.group;
-      Bf16* dst = dst_row + static_cast<Index>(gi) * g.group_pad;
-      int c = 0;
-      for (; c + 32 <= g.group; c += 32) {
-        const __m512 lo = _mm512_loadu_ps(src + c);
-        const __m512 hi = _mm512_loadu_ps(src + c + 16);
-        const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-        _mm512_storeu_si512(dst + c, h);
-      }
-      for (; c < g.group; c += 16) {  // tail: masked loads read zeros past the group
-        const int n = std::min(16, g.group - c);
-        const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
-        const __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + c));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), h);
-      }
-      if (c < g.group_pad) std::memset(dst + c, 0, sizeof(Bf16) * (g.group_pad - c));
-    }
+// ConvertRowFn with vcvtne2ps2bf16 (the AMX and the AVX-512 BF16 kernels): 32 at a time, then
+// masked 16-wide steps whose loads read zeros past n.
+JASPER_AVX512BF16_TARGET int ConvertRowAvx512Bf16(const float* src, int n, Bf16* dst) {
+  int c = 0;
+  for (; c + 32 <= n; c += 32) {
+    const __m512 lo = _mm512_loadu_ps(src + c);
+    const __m512 hi = _mm512_loadu_ps(src + c + 16);
+    _mm512_storeu_si512(dst + c, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
   }
+  for (; c < n; c += 16) {
+    const __mmask16 m = static_cast<__mmask16>((1u << std::min(16, n - c)) - 1u);
+    const __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + c));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), h);
+  }
+  return c;
 }
 
 // AVX-512 BF16 without AMX (e.g. AMD Zen 4, Intel Cooper Lake): vdpbf16ps on the same packed B
@@ -290,9 +292,10 @@ JASPER_AVX512BF16_TARGET JASPER_ALWAYS_INLINE void DpBf16Rows(const Bf16* a, int
     const __m512bh w0 = (__m512bh)_mm512_loadu_si512(b0 + static_cast<Index>(k) * kNr);
     const __m512bh w1 = (__m512bh)_mm512_loadu_si512(b1 + static_cast<Index>(k) * kNr);
     for (int i = 0; i < MR; ++i) {
-      // One pair of BF16 as a 32-bit lane, broadcast straight from memory (vbroadcastss).
-      const __m512bh x = (__m512bh)_mm512_castps_si512(_mm512_broadcastss_ps(
-          _mm_load_ss(reinterpret_cast<const float*>(a + static_cast<Index>(i) * ld + k))));
+      // One pair of BF16 as a 32-bit lane, in every lane.
+      std::uint32_t pair;
+      std::memcpy(&pair, a + static_cast<Index>(i) * ld + k, sizeof(pair));
+      const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
       c0[i] = _mm512_dpbf16_ps(c0[i], x, w0);
       c1[i] = _mm512_dpbf16_ps(c1[i], x, w1);
     }
@@ -324,7 +327,7 @@ struct Avx512Bf16Kernel {
   static void End() {}
   static JASPER_AVX512BF16_TARGET void Gather(const Segment& seg, const SegmentGroups& g, int g0,
                                               int gc, int rows, Bf16* a, int ld) {
-    GatherAvx512Bf16(seg, g, g0, gc, rows, a, ld);
+    GatherGroups(seg, g, g0, gc, rows, a, ld, ConvertRowAvx512Bf16);
   }
   static JASPER_AVX512BF16_TARGET void Block(const PackedSubBlock& p, const ChunkArgs& c) {
     const int acc_cols = AccCols(p);
@@ -373,7 +376,7 @@ struct AmxKernel {
 
   static JASPER_AMX_TARGET void Gather(const Segment& seg, const SegmentGroups& g, int g0, int gc,
                                        int rows, Bf16* a, int ld) {
-    GatherAvx512Bf16(seg, g, g0, gc, rows, a, ld);
+    GatherGroups(seg, g, g0, gc, rows, a, ld, ConvertRowAvx512Bf16);
   }
 
   static JASPER_AMX_TARGET void Block(const PackedSubBlock& p, const ChunkArgs& c) {

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "kernels/cpu_features.h"
 #include "kernels/sub_block.h"
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
@@ -81,6 +82,24 @@ using DepthwiseTileFn = void (*)(const float* window, Index block_stride, int st
                                  const float* packed_w, int taps, int channels, int frames,
                                  float* out);
 DepthwiseTileFn DepthwiseTile();
+
+#if JASPER_X86_DISPATCH
+// The FP32 build of a kernel for kernels::ActiveCpuIsa(): the one FP32 dispatch rule (AMX runs
+// FP32 on AVX-512). Read on each call, so a cap set by SetCpuIsaCap applies to the next call.
+template <typename Fn>
+Fn Fp32ForActiveIsa(Fn generic, Fn avx2, Fn avx512) {
+  switch (ActiveCpuIsa()) {
+    case CpuIsa::kAmx:
+    case CpuIsa::kAvx512:
+      return avx512;
+    case CpuIsa::kAvx2:
+      return avx2;
+    case CpuIsa::kBaseline:
+      break;
+  }
+  return generic;
+}
+#endif
 
 // One K-segment of the GEMM's A: row r of the segment starts at rows[r] + offset (FP32); it covers
 // packed B rows [k0, k0 + k) (unpadded numbering: W_main rows first, then each W_res_p's).

@@ -300,17 +300,11 @@ JASPER_AVX512_TARGET void DepthwiseTileAvx512(const float* window, Index block_s
 
 DepthwiseTileFn DepthwiseTile() {
 #if JASPER_X86_DISPATCH
-  switch (ActiveCpuIsa()) {
-    case CpuIsa::kAmx:
-    case CpuIsa::kAvx512:
-      return DepthwiseTileAvx512;
-    case CpuIsa::kAvx2:
-      return DepthwiseTileAvx2;
-    case CpuIsa::kBaseline:
-      break;
-  }
-#endif
+  return Fp32ForActiveIsa<DepthwiseTileFn>(DepthwiseTileGeneric, DepthwiseTileAvx2,
+                                           DepthwiseTileAvx512);
+#else
   return DepthwiseTileGeneric;
+#endif
 }
 
 Index RoundToLine(Index floats) { return (floats + kLineFloats - 1) / kLineFloats * kLineFloats; }

@@ -232,17 +232,10 @@ JASPER_AVX512_TARGET void GemmTileAvx512(const PackedSubBlock& p, const Segment*
 GemmTileFn GemmTileFor(const PackedSubBlock& p) {
   if (p.precision == Precision::kBf16) return cpu_internal::GemmTileBf16();
 #if JASPER_X86_DISPATCH
-  switch (ActiveCpuIsa()) {
-    case CpuIsa::kAmx:
-    case CpuIsa::kAvx512:
-      return GemmTileAvx512;
-    case CpuIsa::kAvx2:
-      return GemmTileAvx2;
-    case CpuIsa::kBaseline:
-      break;
-  }
-#endif
+  return cpu_internal::Fp32ForActiveIsa<GemmTileFn>(GemmTileGeneric, GemmTileAvx2, GemmTileAvx512);
+#else
   return GemmTileGeneric;
+#endif
 }
 
 // Segments of A_main: 1, except dense K>1 with dilation > 1 (one per tap).
