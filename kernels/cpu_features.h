@@ -52,6 +52,11 @@ CpuIsa ActiveCpuIsa();
 // portable loops (correct, slow).
 bool HasBf16Gemm();
 
+// Whether INT8 GEMMs run in hardware at the active level: AMX INT8 tiles (kAmx on a CPU with
+// AMX-INT8), or vpdpbusd (kAvx512 and up on a CPU with AVX-512 VNNI). Without it a kInt8
+// sub-block runs on portable loops (correct, slow).
+bool HasInt8Gemm();
+
 // Caps the level (a cap above `best` means `best`); returns the previous cap. Takes effect for
 // kernel calls that start afterwards. Thread-safe.
 CpuIsa SetCpuIsaCap(CpuIsa cap);

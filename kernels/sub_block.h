@@ -88,6 +88,13 @@ void SubBlockReference(const SubBlockDesc& desc, const SubBlockWeights& weights,
                        const BatchGeometry& geometry, const ResidualInput* residuals,
                        int num_residuals, float* y);
 
+// The depthwise half of a separable sub-block, plainly (the pointwise GEMM's A, which INT8
+// calibration measures): out[b, t, c] = sum_k depthwise[k, c] * x[b, t*stride - padding +
+// k*dilation, c] over unmasked input frames, for t < out_lengths[b]; 0 past it. out is
+// [batch, out_time, in_channels]. Does nothing for a dense or invalid descriptor.
+void DepthwiseReference(const SubBlockDesc& desc, const float* depthwise, const float* x,
+                        const BatchGeometry& geometry, float* out);
+
 // ---------------------------------------------------------------------------------------------
 // Packed CPU path: the weights of one sub-block packed once (at model load) for the CPU GEMM
 // micro-kernel, then run many times.
@@ -131,33 +138,53 @@ using AlignedFloats = std::vector<float, CacheLineAllocator<float>>;
 //   GEMM always runs 32-column blocks; padding is zero). The depthwise weights and the bias
 //   stay FP32; activations stay FP32 between sub-blocks and are rounded to BF16 as the GEMM
 //   reads them, with FP32 accumulation.
+// precision kInt8: B quantized symmetrically per output column and per weight group (W_main,
+//   each W_res_p: `w_scale` = max |w| / 127 of that group's column), in the AMX INT8 layout: K in
+//   groups padded to multiples of 64, quads of K rows interleaved per column:
+//   b_int8[p][k / 4][16][4] (p up to n_panels rounded up to even; padding zero). Activations stay
+//   FP32 between sub-blocks; the GEMM quantizes A as it reads it, per tensor: A_main with
+//   a_scale[0], A_res_p with a_scale[1 + p] (calibrated once per model: q = clamp(round(a /
+//   a_scale), -127, 127)), accumulates each weight group's products in INT32 and adds them to
+//   the FP32 result times dequant[group][column] = a_scale[group] * w_scale[group][column].
 struct PackedSubBlock {
   SubBlockDesc desc;
-  Precision precision = Precision::kFp32;  // kFp32 or kBf16
+  Precision precision = Precision::kFp32;  // kFp32, kBf16 or kInt8
   bool valid = false;                      // false: invalid descriptor, kernels do nothing
   int k_main = 0;                          // rows of W_main
   int k_total = 0;                         // k_main + sum(residual_channels)
   int n_panels = 0;                        // ceil(C_out / 16)
   std::vector<int> residual_channels;      // C of each residual branch, in order
   AlignedFloats b;                         // kFp32: [n_panels][k_total][16]
-  // kBf16 only:
-  int c_in_pad = 0;             // C_in rounded up to 32
-  int k_pad = 0;                // padded K of b_bf16 (W_main and every W_res_p)
+  // kBf16 and kInt8:
+  int c_in_pad = 0;             // C_in rounded up to the K granule (kBf16 32, kInt8 64)
+  int k_pad = 0;                // padded K of b_bf16 / b_int8 (W_main and every W_res_p)
   std::vector<int> res_k0_pad;  // [num_residuals + 1]: padded first row of W_res_p; last = k_pad
   std::vector<std::uint16_t, CacheLineAllocator<std::uint16_t>> b_bf16;
+  // kInt8 only ("groups" are W_main and each W_res_p; columns are C_out rounded up to 32):
+  std::vector<std::int8_t, CacheLineAllocator<std::int8_t>> b_int8;
+  std::vector<float> a_scale;  // [1 + num_residuals] activation scale per group
+  AlignedFloats dequant;       // [1 + num_residuals][columns]
+  // [1 + num_residuals][columns]: sum over the group's K of the quantized weights (the AVX-512
+  // VNNI kernel reads A as unsigned, a + 128, and subtracts 128 x this).
+  std::vector<std::int32_t, CacheLineAllocator<std::int32_t>> b_int8_col_sums;
   AlignedFloats bias;       // [n_panels * 16], zero when there is no bias
   AlignedFloats depthwise;  // separable: [ceil(C_in/16)][K][16]
 };
 
 // Packs `weights` and the residual branches' weights (residuals[p].weight, .channels; .x is not
-// read) for `precision` (kFp32 or kBf16; anything else gives an invalid block). Allocates; call
-// once per sub-block at load time. Any CPU can pack and run either precision: kBf16 runs on AMX
-// tiles when kernels::ActiveCpuIsa() is kAmx (cpu_features.h), on AVX-512 BF16 (vdpbf16ps) at
-// kAvx512 where the CPU has it, else on a portable path with the same BF16 rounding (slow: for
-// tests; kernels::HasBf16Gemm() tells which).
+// read) for `precision` (kFp32, kBf16 or kInt8; anything else gives an invalid block).
+// Allocates; call once per sub-block at load time. Any CPU can pack and run every precision:
+// kBf16 runs on AMX tiles when kernels::ActiveCpuIsa() is kAmx (cpu_features.h), on AVX-512 BF16
+// (vdpbf16ps) at kAvx512 where the CPU has it, else on a portable path with the same BF16
+// rounding (slow: for tests; kernels::HasBf16Gemm() tells which). kInt8 needs
+// `int8_input_scales`, [1 + num_residuals] finite positive activation scales (A_main's, then
+// each residual input's; an invalid block without them) and runs on AMX INT8 tiles at kAmx, on
+// AVX-512 VNNI (vpdpbusd) at kAvx512 where the CPU has it, else on portable loops with the same
+// quantization (kernels::HasInt8Gemm()).
 PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& weights,
                             const ResidualInput* residuals, int num_residuals,
-                            Precision precision = Precision::kFp32);
+                            Precision precision = Precision::kFp32,
+                            const float* int8_input_scales = nullptr);
 
 // Workspace floats FusedSubBlockCpuPacked needs for `packed` (independent of the batch).
 std::size_t PackedSubBlockWorkspaceFloats(const PackedSubBlock& packed);
@@ -168,8 +195,10 @@ std::size_t PackedSubBlockWorkspaceFloats(const PackedSubBlock& packed);
 // are stacked into one GEMM tile (separable and 1x1 sub-blocks), so small T and large batches
 // keep the micro-kernel busy. kFp32: the AVX-512 or AVX2+FMA micro-kernel by
 // kernels::ActiveCpuIsa(), else portable vector code; kBf16: see PackSubBlock. The result
-// matches the reference within FP32 summation-order error (kFp32) or the BF16 rounding of the
-// GEMM's operands (kBf16: relative 2^-7 per product). `workspace` must hold
+// matches the reference within FP32 summation-order error (kFp32), the BF16 rounding of the
+// GEMM's operands (kBf16: relative 2^-7 per product) or the INT8 quantization of A and B (kInt8:
+// at most half a quantization step of each operand per product, A values beyond 127 steps
+// clipped). `workspace` must hold
 // PackedSubBlockWorkspaceFloats(packed) floats; it is not read before it is written.
 // Single-threaded; no allocation.
 void FusedSubBlockCpuPacked(const PackedSubBlock& packed, const float* x,
@@ -179,7 +208,7 @@ void FusedSubBlockCpuPacked(const PackedSubBlock& packed, const float* x,
 // One part of FusedSubBlockCpuPacked, for intra-op threading (0 <= part < num_parts, else it
 // does nothing). The batch's valid output frames, stacked in batch order, are cut into
 // num_parts contiguous ranges of near-equal size (whole blocks of 12 rows for kFp32, the FP32
-// micro-kernels' row counts, and of 16 for kBf16, an AMX tile's; trailing
+// micro-kernels' row counts, and of 16 for kBf16 and kInt8, an AMX tile's; trailing
 // parts may be empty when there are fewer rows than parts); this call computes the frames of its
 // range, in tiles of up to 256 rows, and zero-fills the frames past out_lengths[b] of the
 // utterances with b % num_parts == part. Running every part once writes every element of `y`

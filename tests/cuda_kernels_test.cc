@@ -69,6 +69,8 @@ const char* Name(Precision p) {
       return "Fp16";
     case Precision::kBf16:
       return "Bf16";
+    case Precision::kInt8:
+      return "Int8";
   }
   return "?";
 }

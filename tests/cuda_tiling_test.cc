@@ -356,6 +356,8 @@ float Quantize(Precision precision, float v) {
       return HalfBitsToFloat(FloatToHalfBits(v));
     case Precision::kBf16:
       return Bf16BitsToFloat(FloatToBf16Bits(v));
+    case Precision::kInt8:  // not a CUDA precision
+      break;
   }
   return v;
 }
@@ -582,6 +584,8 @@ INSTANTIATE_TEST_SUITE_P(Precisions, CudaEmulationTest,
                                return std::string("Fp16");
                              case Precision::kBf16:
                                return std::string("Bf16");
+                             case Precision::kInt8:  // not a CUDA precision
+                               break;
                            }
                            return std::string("Unknown");
                          });

@@ -10,7 +10,8 @@
 // over the valid frames (both are FP32; they differ only in summation order and FMA use), and
 // frames past out_lengths must be exactly 0. (Observed errors stay below 1% of this bound.)
 // The packed kernel runs on every path this CPU has (each ISA level of kernels/cpu_features.h in
-// turn, FP32 and BF16); BF16 is held to the bound of its operands' rounding (CheckBf16).
+// turn, FP32, BF16 and INT8); BF16 is held to the bound of its operands' rounding (CheckBf16),
+// INT8 to the bound of its operands' quantization (kernels_int8_check.h, CheckInt8).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -28,6 +29,7 @@
 #include "kernels/blas_sub_block.h"
 #include "kernels/cpu_features.h"
 #include "kernels/sub_block.h"
+#include "tests/kernels_int8_check.h"
 
 namespace jasper::kernels {
 namespace {
@@ -139,14 +141,12 @@ void Garble(std::vector<float>& v, int batch, int time, int channels, const std:
 }
 
 // The packed kernel's paths on this CPU: every ISA level up to the active one with FP32 (AMX
-// runs FP32 like AVX-512), and BF16 on the portable loops and, where the CPU has them, on
-// AVX-512 BF16 (vdpbf16ps) and on AMX.
+// runs FP32 like AVX-512), BF16 on the portable loops and, where the CPU has them, on AVX-512
+// BF16 (vdpbf16ps) and on AMX, and INT8 on the portable loops, AVX-512 VNNI and AMX likewise.
 struct Variant {
   CpuIsa isa;
   Precision precision;
-  std::string Name() const {
-    return std::string(CpuIsaName(isa)) + (precision == Precision::kBf16 ? "/bf16" : "/fp32");
-  }
+  std::string Name() const { return std::string(CpuIsaName(isa)) + "/" + PrecisionName(precision); }
 };
 
 std::vector<Variant> Variants() {
@@ -160,6 +160,13 @@ std::vector<Variant> Variants() {
     variants.push_back({CpuIsa::kAvx512, Precision::kBf16});  // vdpbf16ps
   }
   if (top == CpuIsa::kAmx) variants.push_back({CpuIsa::kAmx, Precision::kBf16});
+  variants.push_back({CpuIsa::kBaseline, Precision::kInt8});
+  if (top >= CpuIsa::kAvx512 && GetCpuFeatures().avx512_vnni) {
+    variants.push_back({CpuIsa::kAvx512, Precision::kInt8});  // vpdpbusd
+  }
+  if (top == CpuIsa::kAmx && GetCpuFeatures().amx_int8) {
+    variants.push_back({CpuIsa::kAmx, Precision::kInt8});
+  }
   return variants;
 }
 
@@ -256,6 +263,45 @@ void CheckBf16(const char* kernel, const std::vector<float>& y, const std::vecto
   EXPECT_EQ(reported, 0) << reported << " bad elements; max error " << max_err;
   EXPECT_LE(std::sqrt(err2), std::sqrt(ref2) / 64 + tol_fp32)
       << "RMS error too large for BF16 rounding";
+}
+
+// INT8 against the FP32 reference: per element within the quantization bound of
+// kernels_int8_check.h (+ tol_fp32 for the FP32 parts), and the RMS error over the valid frames
+// within 1/16 of the reference's RMS (expected under 1/100; a dropped K chunk or a wrong scale
+// breaks it). Masked frames are exactly zero.
+void CheckInt8(const char* kernel, const std::vector<float>& y, const std::vector<float>& ref,
+               const std::vector<float>& bound, const std::vector<int>& out_len, int batch,
+               int out_time, int c_out, double tol_fp32) {
+  SCOPED_TRACE(kernel);
+  double max_err = 0.0, err2 = 0.0, ref2 = 0.0;
+  int reported = 0;
+  for (int b = 0; b < batch; ++b) {
+    for (int t = 0; t < out_time; ++t) {
+      for (int o = 0; o < c_out; ++o) {
+        const std::size_t i = (static_cast<std::size_t>(b) * out_time + t) * c_out + o;
+        bool bad;
+        if (t >= out_len[b]) {
+          bad = !(ref[i] == 0.0f && y[i] == 0.0f);
+        } else {
+          const double err = std::fabs(double(y[i]) - double(ref[i]));
+          const double limit = 1.01 * double(bound[i]) + tol_fp32;
+          bad = !std::isfinite(y[i]) || err > limit;
+          if (std::isfinite(y[i])) {
+            max_err = std::max(max_err, err);
+            err2 += err * err;
+            ref2 += double(ref[i]) * ref[i];
+          }
+          if (bad && reported < 5) {
+            ADD_FAILURE() << "b=" << b << " t=" << t << " o=" << o << ": " << y[i]
+                          << " vs reference " << ref[i] << " (bound " << limit << ")";
+          }
+        }
+        if (bad) ++reported;
+      }
+    }
+  }
+  EXPECT_EQ(reported, 0) << reported << " bad elements; max error " << max_err;
+  EXPECT_LE(std::sqrt(err2), std::sqrt(ref2) / 16 + tol_fp32) << "RMS error too large for INT8";
 }
 
 void RunCase(const Case& c) {
@@ -363,20 +409,28 @@ void RunCase(const Case& c) {
     check("FusedSubBlockCpu", y_fast);
   }
   // Fused on packed weights, on every path this CPU has (each ISA level in turn, FP32 and BF16).
-  std::vector<float> y_abs;  // BF16's error bound (see the file comment)
+  std::vector<float> y_abs;     // BF16's error bound (see the file comment)
+  int8_check::Int8Oracle int8;  // INT8's scales and error bound
   for (const Variant& v : Variants()) {
     SCOPED_TRACE(testing::Message() << "path " << v.Name());
     const ScopedIsa isa(v.isa);
     const bool bf16 = v.precision == Precision::kBf16;
+    const bool is_int8 = v.precision == Precision::kInt8;
     if (bf16 && y_abs.empty()) y_abs = AbsReference(c, desc, w, x, g, res_x, res_w);
+    if (is_int8 && int8.scales.empty()) {
+      int8 = int8_check::MakeInt8Oracle(desc, w, x.data(), g, residuals);
+    }
     const PackedSubBlock packed =
-        PackSubBlock(desc, w, residuals.data(), static_cast<int>(residuals.size()), v.precision);
+        PackSubBlock(desc, w, residuals.data(), static_cast<int>(residuals.size()), v.precision,
+                     is_int8 ? int8.scales.data() : nullptr);
     ASSERT_TRUE(packed.valid);
     std::vector<const float*> res_ptrs;
     for (const auto& r : res_x) res_ptrs.push_back(r.data());
     auto check_path = [&](const char* kernel, const std::vector<float>& y_fast) {
       if (bf16) {
         CheckBf16(kernel, y_fast, y_ref, y_abs, out_len, c.batch, out_time, c_out, tol);
+      } else if (is_int8) {
+        CheckInt8(kernel, y_fast, y_ref, int8.bound, out_len, c.batch, out_time, c_out, tol);
       } else {
         check(kernel, y_fast);
       }
@@ -720,13 +774,109 @@ TEST(CpuPathTest, AmxBf16) {
   RunCase(QuartzNetLike());
 }
 
-// Packing rejects precisions the CPU kernels do not have.
-TEST(PackSubBlockTest, RejectsFp16) {
+TEST(CpuPathTest, Avx512VnniInt8) {
+  if (ActiveCpuIsa() < CpuIsa::kAvx512 || !GetCpuFeatures().avx512_vnni) {
+    GTEST_SKIP() << "no AVX-512 VNNI: " << DescribeCpuFeatures();
+  }
+  const ScopedIsa avx512(CpuIsa::kAvx512);
+  ASSERT_TRUE(HasInt8Gemm());
+  RunCase(QuartzNetLike());
+}
+
+TEST(CpuPathTest, AmxInt8) {
+  if (ActiveCpuIsa() < CpuIsa::kAmx || !GetCpuFeatures().amx_int8) {
+    GTEST_SKIP() << "no AMX-INT8: " << DescribeCpuFeatures();
+  }
+  ASSERT_TRUE(HasInt8Gemm());
+  RunCase(QuartzNetLike());
+}
+
+// Packing rejects precisions the CPU kernels do not have, and INT8 without valid scales.
+TEST(PackSubBlockTest, RejectsFp16AndInt8WithoutScales) {
   SubBlockDesc d;
   d.in_channels = d.out_channels = 4;
   const std::vector<float> w(16, 1.0f);
-  EXPECT_TRUE(PackSubBlock(d, {nullptr, w.data(), nullptr}, nullptr, 0, Precision::kBf16).valid);
-  EXPECT_FALSE(PackSubBlock(d, {nullptr, w.data(), nullptr}, nullptr, 0, Precision::kFp16).valid);
+  const SubBlockWeights weights{nullptr, w.data(), nullptr};
+  EXPECT_TRUE(PackSubBlock(d, weights, nullptr, 0, Precision::kBf16).valid);
+  EXPECT_FALSE(PackSubBlock(d, weights, nullptr, 0, Precision::kFp16).valid);
+  EXPECT_FALSE(PackSubBlock(d, weights, nullptr, 0, Precision::kInt8).valid);
+  for (float bad : {0.0f, -1.0f, kNaN, std::numeric_limits<float>::infinity()}) {
+    EXPECT_FALSE(PackSubBlock(d, weights, nullptr, 0, Precision::kInt8, &bad).valid) << bad;
+  }
+  const float scale = 0.5f;
+  EXPECT_TRUE(PackSubBlock(d, weights, nullptr, 0, Precision::kInt8, &scale).valid);
+}
+
+// INT8 clips activations beyond 127 steps and gives the same bits on every path: A = 1000 x
+// the scale saturates at 127 steps, so y = 127 * scale * w exactly (w = 1 is exact in INT8).
+TEST(PackSubBlockTest, Int8ClipsActivationsAndPathsAgree) {
+  SubBlockDesc d;
+  d.in_channels = 70;  // over one 64-wide K granule
+  d.out_channels = 33;
+  d.activation = Activation::kIdentity;
+  const std::vector<float> w(static_cast<std::size_t>(d.in_channels) * d.out_channels, 1.0f);
+  const float scale = 0.25f;
+  const int time = 21;
+  std::vector<float> x(static_cast<std::size_t>(time) * d.in_channels);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = (i % 3 == 0 ? -1000.0f : 1000.0f) * scale;
+  const int lengths[] = {time};
+  BatchGeometry g{1, time, time, lengths, lengths};
+  std::vector<float> first;
+  for (const Variant& v : Variants()) {
+    if (v.precision != Precision::kInt8) continue;
+    SCOPED_TRACE(v.Name());
+    const ScopedIsa isa(v.isa);
+    const PackedSubBlock p =
+        PackSubBlock(d, {nullptr, w.data(), nullptr}, nullptr, 0, Precision::kInt8, &scale);
+    ASSERT_TRUE(p.valid);
+    std::vector<float> workspace(PackedSubBlockWorkspaceFloats(p), kNaN);
+    std::vector<float> y(static_cast<std::size_t>(time) * d.out_channels, kNaN);
+    FusedSubBlockCpuPacked(p, x.data(), g, nullptr, workspace.data(), y.data());
+    for (int t = 0; t < time; ++t) {
+      float expected = 0.0f;  // channel c is -127 or +127 steps
+      for (int c = 0; c < d.in_channels; ++c) {
+        const std::size_t i = static_cast<std::size_t>(t) * d.in_channels + c;
+        expected += (i % 3 == 0 ? -127.0f : 127.0f) * scale;
+      }
+      for (int o = 0; o < d.out_channels; ++o) {
+        ASSERT_EQ(y[static_cast<std::size_t>(t) * d.out_channels + o], expected) << t << " " << o;
+      }
+    }
+    if (first.empty()) {
+      first = y;
+    } else {
+      EXPECT_EQ(0, std::memcmp(first.data(), y.data(), sizeof(float) * y.size()));
+    }
+  }
+}
+
+// DepthwiseReference (INT8 calibration's view of the pointwise GEMM's input) is the separable
+// sub-block with an identity pointwise conv, no bias and no activation.
+TEST(SubBlockReferenceTest, DepthwiseReferenceIsTheSeparableHalf) {
+  Rng rng(FreshSeed());
+  SubBlockDesc d;
+  d.in_channels = d.out_channels = 19;
+  d.kernel_size = 7;
+  d.stride = 2;
+  d.dilation = 2;
+  d.padding = 6;
+  d.separable = true;
+  d.activation = Activation::kIdentity;
+  const int batch = 3, in_time = 40;
+  const int out_time = ConvOutputLength(d, in_time);
+  const int in_len[] = {40, 0, 17};
+  const int out_len[] = {ConvOutputLength(d, 40), 0, ConvOutputLength(d, 17)};
+  std::vector<float> x = rng.Vector(static_cast<std::size_t>(batch) * in_time * d.in_channels, 1);
+  Garble(x, batch, in_time, d.in_channels, {40, 0, 17});
+  const std::vector<float> dw = rng.Vector(static_cast<std::size_t>(7) * d.in_channels, 1);
+  std::vector<float> eye(static_cast<std::size_t>(d.in_channels) * d.in_channels, 0.0f);
+  for (int c = 0; c < d.in_channels; ++c) eye[static_cast<std::size_t>(c) * d.in_channels + c] = 1;
+  BatchGeometry g{batch, in_time, out_time, in_len, out_len};
+  const std::size_t n = static_cast<std::size_t>(batch) * out_time * d.in_channels;
+  std::vector<float> expected(n, kNaN), got(n, kNaN);
+  SubBlockReference(d, {dw.data(), eye.data(), nullptr}, x.data(), g, nullptr, 0, expected.data());
+  DepthwiseReference(d, dw.data(), x.data(), g, got.data());
+  EXPECT_EQ(0, std::memcmp(expected.data(), got.data(), sizeof(float) * n));
 }
 
 // Direct log-softmax in long double, without the max shift (the logits are kept modest).

@@ -27,19 +27,18 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/tile_gemm.h"
 #include "kernels/cpu_features.h"
 #include "kernels/sub_block.h"
 
 namespace jasper::kernels::cpu_internal {
 namespace {
 
-constexpr int kNr = 16;           // columns per B panel
+constexpr int kNr = kTilePanel;   // columns per B panel
 constexpr int kKGroup = 32;       // K granule: one AMX tile row of BF16 pairs (64 bytes)
 constexpr int kChunkCols = 1024;  // K columns of A gathered per chunk (512 KB for 256 rows)
 
 using Bf16 = std::uint16_t;
-
-int RoundUp(int v, int m) { return (v + m - 1) / m * m; }
 
 // FP32 -> BF16, round to nearest even (vcvtneps2bf16's rounding; NaN stays a quiet NaN).
 Bf16 ToBf16(float f) {
@@ -57,55 +56,13 @@ float FromBf16(Bf16 h) {
   return f;
 }
 
-// Columns of the accumulator buffer and of the BF16 B: C_out rounded up to 32.
-int AccCols(const PackedSubBlock& p) { return RoundUp(p.n_panels, 2) * kNr; }
-
-// Where a segment's K lands in the padded B: `groups` groups of `group` real rows, each padded to
-// `group_pad`, starting at padded row `k0_pad`.
-struct SegmentGroups {
-  int group = 0;
-  int group_pad = 0;
-  int groups = 0;
-  int k0_pad = 0;
-};
-
-SegmentGroups GroupsOf(const PackedSubBlock& p, const Segment& seg) {
-  SegmentGroups g;
-  if (seg.k0 < p.k_main) {  // W_main: groups of C_in (one per tap)
-    const int c_in = p.desc.in_channels;
-    g.group = c_in;
-    g.group_pad = p.c_in_pad;
-    g.groups = seg.k / c_in;
-    g.k0_pad = seg.k0 / c_in * p.c_in_pad;
-    return g;
-  }
-  int k0 = p.k_main;
-  for (std::size_t r = 0; r < p.residual_channels.size(); ++r) {
-    if (k0 == seg.k0) {
-      g.group = p.residual_channels[r];
-      g.group_pad = p.res_k0_pad[r + 1] - p.res_k0_pad[r];
-      g.groups = 1;
-      g.k0_pad = p.res_k0_pad[r];
-      return g;
-    }
-    k0 += p.residual_channels[r];
-  }
-  return g;  // not reached for segments built by packed.cc
-}
-
 // Workspace regions of the GEMM scratch: the gathered A chunk, then the accumulators.
 struct Scratch {
   Bf16* a = nullptr;     // [kTileRows rounded to 32][chunk columns]
   float* acc = nullptr;  // [kTileRows rounded to 32][AccCols]
 };
 
-int MaxChunkCols(const PackedSubBlock& p) {
-  int widest = p.c_in_pad;
-  for (std::size_t r = 0; r + 1 < p.res_k0_pad.size(); ++r) {
-    widest = std::max(widest, p.res_k0_pad[r + 1] - p.res_k0_pad[r]);
-  }
-  return std::max(kChunkCols, widest);
-}
+int MaxChunkCols(const PackedSubBlock& p) { return std::max(kChunkCols, WidestGroup(p)); }
 
 constexpr int kRowsPad = (kTileRows + 31) / 32 * 32;
 
@@ -146,43 +103,6 @@ using ConvertRowFn = int (*)(const float* src, int n, Bf16* dst);
 int ConvertRowPortable(const float* src, int n, Bf16* dst) {
   for (int c = 0; c < n; ++c) dst[c] = ToBf16(src[c]);
   return n;
-}
-
-// a[r][(g - g0) * group_pad + c] = bf16(seg row r, group g, channel c), zero for c >= group: the
-// one walk over a chunk's rows and groups, with the conversion of each group's run (one call per
-// run of C_in or residual channels).
-void GatherGroups(const Segment& seg, const SegmentGroups& g, int g0, int gc, int rows, Bf16* a,
-                  int ld, ConvertRowFn convert) {
-  for (int r = 0; r < rows; ++r) {
-    const float* src_row = seg.rows[r] + seg.offset;
-    Bf16* dst_row = a + static_cast<Index>(r) * ld;
-    for (int gi = 0; gi < gc; ++gi) {
-      const float* src = src_row + static_cast<Index>(g0 + gi) * g.group;
-      Bf16* dst = dst_row + static_cast<Index>(gi) * g.group_pad;
-      const int written = convert(src, g.group, dst);
-      if (written < g.group_pad) {
-        std::memset(dst + written, 0, sizeof(Bf16) * (g.group_pad - written));
-      }
-    }
-  }
-}
-
-// Output rows from the accumulators: act(acc + bias), the valid columns only.
-JASPER_ALWAYS_INLINE void EpilogueRows(const PackedSubBlock& p, const float* acc, int rows,
-                                       float* const* c_rows) {
-  const int acc_cols = AccCols(p);
-  const int c_out = p.desc.out_channels;
-  const bool relu = p.desc.activation == Activation::kRelu;
-  const float* __restrict bias = p.bias.data();
-  for (int r = 0; r < rows; ++r) {
-    const float* __restrict ar = acc + static_cast<Index>(r) * acc_cols;
-    float* __restrict out = c_rows[r];
-    for (int o = 0; o < c_out; ++o) {
-      const float v = ar[o] + bias[o];
-      // `v < 0 ? 0 : v` keeps a NaN as NaN, like std::max(v, 0) in the reference.
-      out[o] = relu && v < 0.0f ? 0.0f : v;
-    }
-  }
 }
 
 template <typename Kernel>
@@ -352,26 +272,8 @@ void GemmTileBf16Avx512(const PackedSubBlock& p, const Segment* segments, int nu
   GemmTileBf16Impl<Avx512Bf16Kernel>(p, segments, num_segments, rows, c_rows, scratch);
 }
 
-// ldtilecfg's 64-byte operand: palette 1, tiles 0-7 all 16 rows x 64 bytes.
-struct alignas(64) TileConfig {
-  std::uint8_t palette = 1;
-  std::uint8_t start_row = 0;
-  std::uint8_t reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t tile_rows[16] = {};
-};
-
 struct AmxKernel {
-  static JASPER_AMX_TARGET void Begin() {
-    TileConfig config;
-    for (int t = 0; t < 8; ++t) {
-      config.colsb[t] = 64;
-      config.tile_rows[t] = 16;
-    }
-    // Not _tile_loadconfig: GCC 12's version passes only the first 8 bytes as the asm's memory
-    // operand, so the compiler may drop the stores of the rest of the configuration.
-    __asm__ volatile("ldtilecfg %0" ::"m"(config));
-  }
+  static JASPER_AMX_TARGET void Begin() { LoadTileConfig(); }
   static JASPER_AMX_TARGET void End() { _tile_release(); }
 
   static JASPER_AMX_TARGET void Gather(const Segment& seg, const SegmentGroups& g, int g0, int gc,
@@ -387,7 +289,7 @@ struct AmxKernel {
     const Index acc_stride = static_cast<Index>(acc_cols) * sizeof(float);
     const Index a_stride = static_cast<Index>(c.ld) * sizeof(Bf16);
     const Index b_stride = kNr * 2 * sizeof(Bf16);  // one K pair of 16 columns: 64 bytes
-    const int rows_pad = RoundUp(c.rows, 16);
+    const int rows_pad = RoundUpTo(c.rows, 16);
     for (int n0 = 0; n0 < acc_cols; n0 += 2 * kNr) {
       const Bf16* b0 = p.b_bf16.data() + (static_cast<Index>(n0 / kNr) * p.k_pad + c.kp0) * kNr;
       const Bf16* b1 = b0 + static_cast<Index>(p.k_pad) * kNr;
@@ -477,13 +379,13 @@ void PackBf16Weights(const float* w_main, const ResidualInput* residuals, Packed
   const int c_in = d.in_channels;
   const int c_out = d.out_channels;
   const int taps = d.separable ? 1 : d.kernel_size;
-  p->c_in_pad = RoundUp(c_in, kKGroup);
+  p->c_in_pad = RoundUpTo(c_in, kKGroup);
   p->res_k0_pad.assign(1, taps * p->c_in_pad);
   for (int ch : p->residual_channels) {
-    p->res_k0_pad.push_back(p->res_k0_pad.back() + RoundUp(ch, kKGroup));
+    p->res_k0_pad.push_back(p->res_k0_pad.back() + RoundUpTo(ch, kKGroup));
   }
   p->k_pad = p->res_k0_pad.back();
-  const int panels = RoundUp(p->n_panels, 2);
+  const int panels = RoundUpTo(p->n_panels, 2);
   p->b_bf16.assign(static_cast<std::size_t>(panels) * p->k_pad * kNr, 0);
   // Source row k of a [k, C_out] row-major matrix into padded row kp.
   auto pack_row = [&](const float* src_row, int kp) {

@@ -157,6 +157,13 @@ bool HasBf16Gemm() {
   return isa == CpuIsa::kAmx || (isa == CpuIsa::kAvx512 && GetCpuFeatures().avx512_bf16);
 }
 
+bool HasInt8Gemm() {
+  const CpuIsa isa = ActiveCpuIsa();
+  const CpuFeatures& f = GetCpuFeatures();
+  return (isa == CpuIsa::kAmx && f.amx_int8) ||
+         ((isa == CpuIsa::kAmx || isa == CpuIsa::kAvx512) && f.avx512_vnni);
+}
+
 CpuIsa SetCpuIsaCap(CpuIsa cap) {
   return static_cast<CpuIsa>(Cap().exchange(static_cast<int>(cap)));
 }

@@ -1,6 +1,7 @@
 // Internal helpers shared by the fused CPU sub-block kernels (blas_sub_block.cc: OpenBLAS GEMMs
 // on the caller's unpacked weights; packed.cc: own FP32 micro-kernels on weights packed at load
-// time; bf16_gemm.cc: the BF16 GEMM on AMX, AVX-512 BF16 or portable loops). Not a public
+// time; bf16_gemm.cc: the BF16 GEMM on AMX, AVX-512 BF16 or portable loops; int8_gemm.cc: the
+// INT8 GEMM on AMX, AVX-512 VNNI or portable loops). Not a public
 // interface: include only from kernels/cpu/*.cc.
 //
 // Layouts: activations are row-major [rows, channels]. "Channel-blocked" buffers hold
@@ -125,6 +126,17 @@ std::size_t GemmBf16ScratchFloats(const PackedSubBlock& p);
 // Packs B for kBf16 (the fields documented in sub_block.h); p->k_main, k_total, n_panels and
 // residual_channels are already set.
 void PackBf16Weights(const float* w_main, const ResidualInput* residuals, PackedSubBlock* p);
+
+// The INT8 GEMM (int8_gemm.cc): AMX INT8 tiles when kernels::ActiveCpuIsa() is kAmx on a CPU with
+// AMX-INT8, vpdpbusd at kAvx512 and up on a CPU with AVX-512 VNNI, else the portable loops; all
+// quantize A with p.a_scale as they gather it. For packed.precision == kInt8.
+GemmTileFn GemmTileInt8();
+std::size_t GemmInt8ScratchFloats(const PackedSubBlock& p);
+// Packs B for kInt8 (the fields documented in sub_block.h) with the activation scales
+// a_scales[1 + num_residuals]; false (p untouched but for its padding fields) when a scale is not
+// finite and positive. p->k_main, k_total, n_panels and residual_channels are already set.
+bool PackInt8Weights(const float* w_main, const ResidualInput* residuals, const float* a_scales,
+                     PackedSubBlock* p);
 
 // Offsets in floats rounded up to whole cache lines.
 Index RoundToLine(Index floats);

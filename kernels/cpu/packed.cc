@@ -19,7 +19,8 @@
 // of the tile streams past it), then row blocks (AVX2 6 x 16, AVX-512 12 x 32 micro-kernel).
 // The first K chunk stores, later chunks accumulate, and the last applies bias and activation
 // before its store: no extra pass over the output. The ISA level is read once per call
-// (kernels/cpu_features.h). BF16: the same driver hands the segments to bf16_gemm.cc's GEMM.
+// (kernels/cpu_features.h). BF16 and INT8: the same driver hands the segments to bf16_gemm.cc's
+// or int8_gemm.cc's GEMM.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -63,7 +64,7 @@ constexpr int kNr = 16;  // columns per B panel
 constexpr int kMrAvx2 = 6;
 constexpr int kMrAvx512 = 12;
 constexpr int kRowGranuleFp32 = 12;
-constexpr int kRowGranuleBf16 = 16;
+constexpr int kRowGranuleTiles = 16;  // BF16 and INT8
 // K per chunk. Measured (one Zen 2 core, separable C=256/512, K=33..75, T=25..500, batch 1 and
 // 8): K chunk 128 / 256 / 512 / 1024 gave ~86 / ~89 / ~94 / ~94 GFLOP/s (a 512 x 16 B
 // micro-panel is 32 KB, Zen 2's whole L1, yet the prefetchers keep up; one chunk per
@@ -228,9 +229,10 @@ JASPER_AVX512_TARGET void GemmTileAvx512(const PackedSubBlock& p, const Segment*
 }
 #endif
 
-// The FP32 GEMM for the active ISA (kernels/cpu_features.h), or the BF16 one.
+// The FP32 GEMM for the active ISA (kernels/cpu_features.h), or the BF16 or INT8 one.
 GemmTileFn GemmTileFor(const PackedSubBlock& p) {
   if (p.precision == Precision::kBf16) return cpu_internal::GemmTileBf16();
+  if (p.precision == Precision::kInt8) return cpu_internal::GemmTileInt8();
 #if JASPER_X86_DISPATCH
   return cpu_internal::Fp32ForActiveIsa<GemmTileFn>(GemmTileGeneric, GemmTileAvx2, GemmTileAvx512);
 #else
@@ -291,6 +293,8 @@ Layout LayoutFor(const PackedSubBlock& p) {
   l.gemm = at;
   if (p.precision == Precision::kBf16) {
     at = RoundToLine(at + static_cast<Index>(cpu_internal::GemmBf16ScratchFloats(p)));
+  } else if (p.precision == Precision::kInt8) {
+    at = RoundToLine(at + static_cast<Index>(cpu_internal::GemmInt8ScratchFloats(p)));
   }
   l.total = at + kLineFloats;  // slack for aligning the caller's pointer
   return l;
@@ -306,13 +310,15 @@ T* Region(float* base, Index offset) {
 }  // namespace
 
 PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& weights,
-                            const ResidualInput* residuals, int num_residuals,
-                            Precision precision) {
+                            const ResidualInput* residuals, int num_residuals, Precision precision,
+                            const float* int8_input_scales) {
   PackedSubBlock p;
   p.desc = desc;
   p.precision = precision;
   if (!IsValid(desc) || weights.weight == nullptr || (desc.separable && !weights.depthwise) ||
-      (precision != Precision::kFp32 && precision != Precision::kBf16)) {
+      (precision != Precision::kFp32 && precision != Precision::kBf16 &&
+       precision != Precision::kInt8) ||
+      (precision == Precision::kInt8 && int8_input_scales == nullptr)) {
     return p;
   }
   const int c_in = desc.in_channels;
@@ -332,6 +338,10 @@ PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& wei
     p.depthwise.assign(
         static_cast<std::size_t>(ChannelBlocks(c_in)) * desc.kernel_size * kChannelBlock, 0.0f);
     PackDepthwise(weights.depthwise, desc.kernel_size, c_in, p.depthwise.data());
+  }
+  if (precision == Precision::kInt8) {
+    p.valid = cpu_internal::PackInt8Weights(weights.weight, residuals, int8_input_scales, &p);
+    return p;
   }
   p.valid = true;
   if (precision == Precision::kBf16) {
@@ -435,7 +445,7 @@ void FusedSubBlockCpuPackedPart(const PackedSubBlock& p, const float* x,
   // arithmetic (depthwise taps, GEMM K order, epilogue) does not depend on which tile holds it,
   // so any split gives the same bits.
   Index chunk = (total_rows + num_parts - 1) / num_parts;
-  const int granule = p.precision == Precision::kBf16 ? kRowGranuleBf16 : kRowGranuleFp32;
+  const int granule = p.precision == Precision::kFp32 ? kRowGranuleFp32 : kRowGranuleTiles;
   chunk = (chunk + granule - 1) / granule * granule;
   const Index row_begin = std::min(total_rows, chunk * part);
   const Index row_end = std::min(total_rows, row_begin + chunk);

@@ -123,4 +123,29 @@ void SubBlockReference(const SubBlockDesc& desc, const SubBlockWeights& weights,
   }
 }
 
+void DepthwiseReference(const SubBlockDesc& desc, const float* depthwise, const float* x,
+                        const BatchGeometry& geometry, float* out) {
+  if (!IsValid(desc) || !desc.separable || depthwise == nullptr) return;
+  const int c_in = desc.in_channels;
+  const int in_time = geometry.in_time;
+  const int out_time = geometry.out_time;
+  for (int b = 0; b < geometry.batch; ++b) {
+    const int in_len = ClampedLength(geometry.in_lengths, b, in_time);
+    const int out_len = ClampedLength(geometry.out_lengths, b, out_time);
+    const float* xb = x + static_cast<std::size_t>(b) * in_time * c_in;
+    for (int t = 0; t < out_time; ++t) {
+      float* ot = out + (static_cast<std::size_t>(b) * out_time + t) * c_in;
+      std::fill(ot, ot + c_in, 0.0f);
+      if (t >= out_len) continue;
+      for (int k = 0; k < desc.kernel_size; ++k) {
+        const int ti = t * desc.stride - desc.padding + k * desc.dilation;
+        if (ti < 0 || ti >= in_len) continue;
+        const float* xi = xb + static_cast<std::size_t>(ti) * c_in;
+        const float* wk = depthwise + static_cast<std::size_t>(k) * c_in;
+        for (int c = 0; c < c_in; ++c) ot[c] += wk[c] * xi[c];
+      }
+    }
+  }
+}
+
 }  // namespace jasper::kernels

@@ -150,6 +150,8 @@ Result LaunchLogSoftmaxArgmax(const void* logits, Precision precision, int batch
           static_cast<const __nv_bfloat16*>(logits), batch, time, vocab, lengths, log_probs, ids,
           best_log_probs);
       break;
+    case Precision::kInt8:
+      return Result{-1, "LaunchLogSoftmaxArgmax: no INT8 on CUDA"};
   }
   return FromCuda(cudaGetLastError());
 }
@@ -170,6 +172,8 @@ Result LaunchCastFromFloat(const float* src, Precision precision, std::size_t co
       CastKernel<<<CastBlocks(count), kCastThreads, 0, stream>>>(
           src, static_cast<__nv_bfloat16*>(dst), count);
       break;
+    case Precision::kInt8:
+      return Result{-1, "LaunchCastFromFloat: no INT8 on CUDA"};
   }
   return FromCuda(cudaGetLastError());
 }
@@ -190,6 +194,8 @@ Result LaunchCastToFloat(const void* src, Precision precision, std::size_t count
       CastKernel<<<CastBlocks(count), kCastThreads, 0, stream>>>(
           static_cast<const __nv_bfloat16*>(src), dst, count);
       break;
+    case Precision::kInt8:
+      return Result{-1, "LaunchCastToFloat: no INT8 on CUDA"};
   }
   return FromCuda(cudaGetLastError());
 }

@@ -465,6 +465,8 @@ Result LaunchPrecision(Precision precision, const Params& params, int smem_bytes
     case Precision::kBf16:
       return Launch<__nv_bfloat16, kTileN>(params, smem_bytes, device, smem_limit, m_tiles, n_tiles,
                                            stream);
+    case Precision::kInt8:
+      break;
   }
   return Invalid("LaunchFusedSubBlock: unknown precision");
 }

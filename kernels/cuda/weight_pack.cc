@@ -87,6 +87,8 @@ void ConvertFromFloat(Precision precision, const float* src, std::size_t count, 
       for (std::size_t i = 0; i < count; ++i) out[i] = FloatToBf16Bits(src[i]);
       return;
     }
+    case Precision::kInt8:  // rejected by PackSubBlock
+      return;
   }
 }
 
@@ -105,6 +107,8 @@ void ConvertToFloat(Precision precision, const void* src, std::size_t count, flo
       for (std::size_t i = 0; i < count; ++i) dst[i] = Bf16BitsToFloat(in[i]);
       return;
     }
+    case Precision::kInt8:  // rejected by PackSubBlock
+      return;
   }
 }
 
@@ -125,6 +129,7 @@ bool PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& weights,
   if (packed == nullptr) return fail("PackSubBlock: null output");
   if (!IsValid(desc)) return fail("PackSubBlock: invalid sub-block description");
   if (weights.weight == nullptr) return fail("PackSubBlock: null weight");
+  if (precision == Precision::kInt8) return fail("PackSubBlock: the CUDA kernels have no INT8");
   if (desc.separable && weights.depthwise == nullptr) {
     return fail("PackSubBlock: separable sub-block without depthwise weights");
   }

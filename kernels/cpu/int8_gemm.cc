@@ -1,0 +1,465 @@
+// The INT8 GEMM of the fused CPU sub-block (PackedSubBlock::precision == kInt8): B quantized once
+// per output column and weight group (sub_block.h) in the AMX INT8 tile layout, A quantized per
+// tile from the FP32 row pointers of packed.cc's segments with the group's calibrated
+// activation scale into a contiguous buffer, products summed exactly in INT32.
+//
+// Per GEMM tile (<= kTileRows output rows): the segments are walked in order; consecutive
+// segments of one weight group (W_main's taps, or one residual branch) share an INT32
+// accumulator buffer [rows, C_out padded to 32]. K is cut into chunks of whole groups as in
+// bf16_gemm.cc (at most kChunkCols columns unless one group is wider); per chunk, A is gathered
+// and quantized into [rows, chunk] INT8, then every 32 x 32 block of the output runs on AMX:
+// tiles 0-3 hold the 2 x 2 INT32 16 x 16 accumulators, tiles 4-5 two 16-row A slices of 64 K
+// values, tiles 6-7 two 16-column B panels (16 K quads each); one tdpbssd per (A, B) pair; a last
+// block of 16 rows uses one A slice and two accumulators. When the weight group ends, its INT32
+// sums are converted to FP32 and added, times dequant[group][column], to the FP32 accumulators;
+// after the last group, one epilogue pass adds the bias, applies the activation and stores the
+// valid columns to the output rows. Rows past `rows` up to the next multiple of 16 are computed
+// from whatever the buffer holds and never stored.
+//
+// Without AMX-INT8, a CPU with AVX-512 VNNI runs vpdpbusd instead (12 rows x 32 columns per
+// call); vpdpbusd multiplies unsigned by signed bytes, so that kernel gathers A as q + 128 and
+// subtracts 128 x the column sums of the quantized weights when it dequantizes. Below that, plain
+// loops compute the same INT32 sums: every path gives the same bits.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/tile_gemm.h"
+#include "kernels/cpu_features.h"
+#include "kernels/sub_block.h"
+
+namespace jasper::kernels::cpu_internal {
+namespace {
+
+constexpr int kNr = kTilePanel;   // columns per B panel
+constexpr int kKGroup = 64;       // K granule: one AMX tile row of INT8 quads (64 bytes)
+constexpr int kChunkCols = 2048;  // K columns of A gathered per chunk (512 KB for 256 rows)
+constexpr int kRowsPad = (kTileRows + 31) / 32 * 32;
+
+using Int8 = std::int8_t;
+using Int32 = std::int32_t;
+
+// q = clamp(round_half_even(v * inv), -127, 127); NaN gives -127 (as the AVX-512 conversion).
+Int8 Quantize(float v, float inv) {
+  float s = v * inv;
+  if (!(s >= -127.0f)) s = -127.0f;
+  if (s > 127.0f) s = 127.0f;
+  return static_cast<Int8>(std::nearbyint(s));
+}
+
+// Workspace regions of the GEMM scratch: the gathered A chunk, the INT32 sums of the current
+// weight group, the FP32 accumulators.
+struct Scratch {
+  Int8* a = nullptr;       // [kRowsPad][chunk columns]
+  Int32* acc_i = nullptr;  // [kRowsPad][AccCols]
+  float* acc_f = nullptr;  // [kRowsPad][AccCols]
+};
+
+int MaxChunkCols(const PackedSubBlock& p) { return std::max(kChunkCols, WidestGroup(p)); }
+
+Index AFloats(const PackedSubBlock& p) {
+  return RoundToLine(static_cast<Index>(kRowsPad) * MaxChunkCols(p) / 4);
+}
+Index AccFloats(const PackedSubBlock& p) {
+  return RoundToLine(static_cast<Index>(kRowsPad) * AccCols(p));
+}
+
+Scratch ScratchOf(const PackedSubBlock& p, float* scratch) {
+  Scratch s;
+  s.a = reinterpret_cast<Int8*>(scratch);
+  s.acc_i = reinterpret_cast<Int32*>(scratch + AFloats(p));
+  s.acc_f = scratch + AFloats(p) + AccFloats(p);
+  return s;
+}
+
+// Parameters of one chunk's Block call.
+struct ChunkArgs {
+  const Int8* a;  // [rows rounded to 32][ld]
+  int ld;         // = cols
+  int kp0;        // first padded B row
+  int cols;       // K of the chunk, a multiple of 64
+  bool first;     // the weight group's INT32 sums start at zero
+  int rows;
+  Int32* acc;  // [rows rounded to 32][AccCols]
+};
+
+// acc_f[r][n] (+)= (acc_i[r][n] - kOffset * col_sums[group][n]) * dequant[group][n].
+template <bool kUnsignedA>
+JASPER_ALWAYS_INLINE void DequantRows(const PackedSubBlock& p, int group, const Int32* acc_i,
+                                      int rows, bool first, float* acc_f) {
+  const int cols = AccCols(p);
+  const float* __restrict dq = p.dequant.data() + static_cast<Index>(group) * cols;
+  const Int32* __restrict sums = p.b_int8_col_sums.data() + static_cast<Index>(group) * cols;
+  for (int r = 0; r < rows; ++r) {
+    const Int32* __restrict ai = acc_i + static_cast<Index>(r) * cols;
+    float* __restrict af = acc_f + static_cast<Index>(r) * cols;
+    for (int n = 0; n < cols; ++n) {
+      const Int32 v = kUnsignedA ? ai[n] - 128 * sums[n] : ai[n];
+      const float d = static_cast<float>(v) * dq[n];
+      af[n] = first ? d : af[n] + d;
+    }
+  }
+}
+
+template <typename Kernel>
+void GemmTileInt8Impl(const PackedSubBlock& p, const Segment* segments, int num_segments, int rows,
+                      float* const* c_rows, float* scratch) {
+  if (rows <= 0) return;
+  const Scratch s = ScratchOf(p, scratch);
+  Kernel::Begin();
+  int group = -1;       // the weight group being summed
+  bool first_i = true;  // its INT32 sums start at zero
+  bool first_f = true;  // no group added to the FP32 accumulators yet
+  for (int si = 0; si < num_segments; ++si) {
+    const Segment& seg = segments[si];
+    if (seg.k <= 0) continue;
+    const SegmentGroups g = GroupsOf(p, seg);
+    if (g.qgroup != group) {
+      if (group >= 0) {
+        Kernel::Dequant(p, group, s.acc_i, rows, first_f, s.acc_f);
+        first_f = false;
+      }
+      group = g.qgroup;
+      first_i = true;
+    }
+    const float inv = 1.0f / p.a_scale[group];
+    const int per_chunk = std::max(1, kChunkCols / g.group_pad);
+    for (int g0 = 0; g0 < g.groups; g0 += per_chunk) {
+      const int gc = std::min(per_chunk, g.groups - g0);
+      const int cols = gc * g.group_pad;
+      Kernel::Gather(seg, g, g0, gc, rows, s.a, cols, inv);
+      Kernel::Block(
+          p, ChunkArgs{s.a, cols, g.k0_pad + g0 * g.group_pad, cols, first_i, rows, s.acc_i});
+      first_i = false;
+    }
+  }
+  Kernel::End();
+  if (group < 0) return;  // not reached: W_main always has rows
+  Kernel::Dequant(p, group, s.acc_i, rows, first_f, s.acc_f);
+  EpilogueRows(p, s.acc_f, rows, c_rows);
+}
+
+// Plain loops over the same buffers: acc[r][n] (+)= sum_k a[r][k] * B[kp0 + k][n], exactly.
+struct PortableKernel {
+  static void Begin() {}
+  static void End() {}
+  static void Gather(const Segment& seg, const SegmentGroups& g, int g0, int gc, int rows, Int8* a,
+                     int ld, float inv) {
+    GatherGroups(seg, g, g0, gc, rows, a, ld, [inv](const float* src, int n, Int8* dst) {
+      for (int c = 0; c < n; ++c) dst[c] = Quantize(src[c], inv);
+      return n;
+    });
+  }
+  static void Block(const PackedSubBlock& p, const ChunkArgs& c) {
+    const int acc_cols = AccCols(p);
+    for (int r = 0; r < c.rows; ++r) {
+      Int32* ar = c.acc + static_cast<Index>(r) * acc_cols;
+      if (c.first) std::fill(ar, ar + acc_cols, 0);
+      const Int8* arow = c.a + static_cast<Index>(r) * c.ld;
+      for (int panel = 0; panel < acc_cols / kNr; ++panel) {
+        const Int8* bp = p.b_int8.data() + (static_cast<Index>(panel) * p.k_pad + c.kp0) * kNr;
+        Int32* out = ar + panel * kNr;
+        for (int k = 0; k < c.cols; k += 4) {
+          const Int8* bk = bp + static_cast<Index>(k) * kNr;  // [16][4]: rows k .. k + 3
+          for (int n = 0; n < kNr; ++n) {
+            Int32 sum = 0;
+            for (int j = 0; j < 4; ++j) sum += Int32{arow[k + j]} * Int32{bk[4 * n + j]};
+            out[n] += sum;
+          }
+        }
+      }
+    }
+  }
+  static void Dequant(const PackedSubBlock& p, int group, const Int32* acc_i, int rows, bool first,
+                      float* acc_f) {
+    DequantRows<false>(p, group, acc_i, rows, first, acc_f);
+  }
+};
+
+void GemmTileInt8Portable(const PackedSubBlock& p, const Segment* segments, int num_segments,
+                          int rows, float* const* c_rows, float* scratch) {
+  GemmTileInt8Impl<PortableKernel>(p, segments, num_segments, rows, c_rows, scratch);
+}
+
+#if JASPER_X86_DISPATCH
+#define JASPER_AMX_INT8_TARGET \
+  __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+#define JASPER_VNNI_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")))
+
+// The quantization of one run (Quantize, 16 at a time; the masked tail loads zeros, so the
+// extra elements written are 0, or 128 when `to_unsigned` adds 128 for vpdpbusd). Clamped in
+// FP32 before the conversion: vcvtps2dq turns anything beyond INT32 into INT32_MIN, and
+// vmaxps(NaN, -127) gives -127.
+JASPER_AVX512_TARGET int QuantizeRowAvx512(const float* src, int n, Int8* dst, float inv,
+                                           bool to_unsigned) {
+  const __m512 scale = _mm512_set1_ps(inv);
+  const __m512 lo = _mm512_set1_ps(-127.0f);
+  const __m512 hi = _mm512_set1_ps(127.0f);
+  const __m128i flip = _mm_set1_epi8(to_unsigned ? static_cast<char>(0x80) : 0);
+  // The merge-masked forms with every lane set: GCC 12 warns that the plain forms' internal
+  // undefined vectors "may be used uninitialized".
+  const __mmask16 all = 0xffff;
+  const __m512 zero_ps = _mm512_setzero_ps();
+  const __m512i zero_i = _mm512_setzero_si512();
+  const __m128i zero_b = _mm_setzero_si128();
+  int c = 0;
+  for (; c < n; c += 16) {
+    const __mmask16 m = c + 16 <= n ? all : static_cast<__mmask16>((1u << (n - c)) - 1u);
+    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + c), scale);
+    const __m512 clamped =
+        _mm512_mask_min_ps(zero_ps, all, _mm512_mask_max_ps(zero_ps, all, v, lo), hi);
+    const __m512i q = _mm512_mask_cvtps_epi32(zero_i, all, clamped);
+    const __m128i bytes = _mm_xor_si128(_mm512_mask_cvtepi32_epi8(zero_b, all, q), flip);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + c), bytes);
+  }
+  return c;
+}
+
+// AVX-512 VNNI without AMX-INT8 (e.g. Intel Ice Lake / Cascade Lake, AMD Zen 4): vpdpbusd on the
+// same packed B (its [k / 4][16][4] panels are vpdpbusd's operand layout), MR rows x 32 columns:
+// 2 * MR accumulators + 2 B vectors + 1 broadcast A quad.
+template <int MR>
+JASPER_VNNI_TARGET JASPER_ALWAYS_INLINE void DpBusdRows(const Int8* a, int ld, int cols,
+                                                        const Int8* b0, const Int8* b1, bool first,
+                                                        Int32* acc, int acc_cols) {
+  __m512i c0[MR], c1[MR];
+  for (int i = 0; i < MR; ++i) {
+    Int32* row = acc + static_cast<Index>(i) * acc_cols;
+    c0[i] = first ? _mm512_setzero_si512() : _mm512_loadu_si512(row);
+    c1[i] = first ? _mm512_setzero_si512() : _mm512_loadu_si512(row + kNr);
+  }
+  for (int k = 0; k < cols; k += 4) {
+    const __m512i w0 = _mm512_loadu_si512(b0 + static_cast<Index>(k) * kNr);
+    const __m512i w1 = _mm512_loadu_si512(b1 + static_cast<Index>(k) * kNr);
+    for (int i = 0; i < MR; ++i) {
+      Int32 quad;  // four unsigned A bytes as one 32-bit lane, in every lane
+      std::memcpy(&quad, a + static_cast<Index>(i) * ld + k, sizeof(quad));
+      const __m512i x = _mm512_set1_epi32(quad);
+      c0[i] = _mm512_dpbusd_epi32(c0[i], x, w0);
+      c1[i] = _mm512_dpbusd_epi32(c1[i], x, w1);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    Int32* row = acc + static_cast<Index>(i) * acc_cols;
+    _mm512_storeu_si512(row, c0[i]);
+    _mm512_storeu_si512(row + kNr, c1[i]);
+  }
+}
+
+template <int MR>
+JASPER_VNNI_TARGET JASPER_ALWAYS_INLINE void DpBusdAnyRows(int mr, const Int8* a, int ld, int cols,
+                                                           const Int8* b0, const Int8* b1,
+                                                           bool first, Int32* acc, int acc_cols) {
+  if constexpr (MR > 1) {
+    if (mr < MR) {
+      DpBusdAnyRows<MR - 1>(mr, a, ld, cols, b0, b1, first, acc, acc_cols);
+      return;
+    }
+  }
+  DpBusdRows<MR>(a, ld, cols, b0, b1, first, acc, acc_cols);
+}
+
+struct VnniKernel {
+  static constexpr int kMr = 12;
+  static void Begin() {}
+  static void End() {}
+  static JASPER_VNNI_TARGET void Gather(const Segment& seg, const SegmentGroups& g, int g0, int gc,
+                                        int rows, Int8* a, int ld, float inv) {
+    GatherGroups(seg, g, g0, gc, rows, a, ld, [inv](const float* src, int n, Int8* dst) {
+      return QuantizeRowAvx512(src, n, dst, inv, /*to_unsigned=*/true);
+    });
+  }
+  static JASPER_VNNI_TARGET void Block(const PackedSubBlock& p, const ChunkArgs& c) {
+    const int acc_cols = AccCols(p);
+    for (int n0 = 0; n0 < acc_cols; n0 += 2 * kNr) {
+      const Int8* b0 = p.b_int8.data() + (static_cast<Index>(n0 / kNr) * p.k_pad + c.kp0) * kNr;
+      const Int8* b1 = b0 + static_cast<Index>(p.k_pad) * kNr;
+      for (int r0 = 0; r0 < c.rows; r0 += kMr) {
+        const int mr = std::min(kMr, c.rows - r0);
+        DpBusdAnyRows<kMr>(mr, c.a + static_cast<Index>(r0) * c.ld, c.ld, c.cols, b0, b1, c.first,
+                           c.acc + static_cast<Index>(r0) * acc_cols + n0, acc_cols);
+      }
+    }
+  }
+  static JASPER_VNNI_TARGET void Dequant(const PackedSubBlock& p, int group, const Int32* acc_i,
+                                         int rows, bool first, float* acc_f) {
+    DequantRows<true>(p, group, acc_i, rows, first, acc_f);
+  }
+};
+
+void GemmTileInt8Vnni(const PackedSubBlock& p, const Segment* segments, int num_segments, int rows,
+                      float* const* c_rows, float* scratch) {
+  GemmTileInt8Impl<VnniKernel>(p, segments, num_segments, rows, c_rows, scratch);
+}
+
+struct AmxInt8Kernel {
+  static JASPER_AMX_INT8_TARGET void Begin() { LoadTileConfig(); }
+  static JASPER_AMX_INT8_TARGET void End() { _tile_release(); }
+
+  static JASPER_AMX_INT8_TARGET void Gather(const Segment& seg, const SegmentGroups& g, int g0,
+                                            int gc, int rows, Int8* a, int ld, float inv) {
+    GatherGroups(seg, g, g0, gc, rows, a, ld, [inv](const float* src, int n, Int8* dst) {
+      return QuantizeRowAvx512(src, n, dst, inv, /*to_unsigned=*/false);
+    });
+  }
+
+  static JASPER_AMX_INT8_TARGET void Block(const PackedSubBlock& p, const ChunkArgs& c) {
+    // The tile loads read memory through asm operands the compiler cannot see: make the
+    // gathered A (and the INT32 sums of earlier chunks) visible in memory first.
+    __asm__ volatile("" ::: "memory");
+    const int acc_cols = AccCols(p);
+    const Index acc_stride = static_cast<Index>(acc_cols) * sizeof(Int32);
+    const Index a_stride = c.ld;
+    const Index b_stride = kNr * 4;  // one K quad of 16 columns: 64 bytes
+    const int rows_pad = RoundUpTo(c.rows, 16);
+    for (int n0 = 0; n0 < acc_cols; n0 += 2 * kNr) {
+      const Int8* b0 = p.b_int8.data() + (static_cast<Index>(n0 / kNr) * p.k_pad + c.kp0) * kNr;
+      const Int8* b1 = b0 + static_cast<Index>(p.k_pad) * kNr;
+      for (int m0 = 0; m0 < rows_pad; m0 += 32) {
+        Int32* acc = c.acc + static_cast<Index>(m0) * acc_cols + n0;
+        const Int8* a0 = c.a + static_cast<Index>(m0) * c.ld;
+        if (m0 + 16 == rows_pad) {  // a last block of 16 rows: one A tile, two accumulators
+          if (c.first) {
+            _tile_zero(0);
+            _tile_zero(1);
+          } else {
+            _tile_loadd(0, acc, acc_stride);
+            _tile_loadd(1, acc + kNr, acc_stride);
+          }
+          for (int k = 0; k < c.cols; k += kKGroup) {
+            _tile_loadd(4, a0 + k, a_stride);
+            _tile_loadd(6, b0 + static_cast<Index>(k) * kNr, b_stride);
+            _tile_loadd(7, b1 + static_cast<Index>(k) * kNr, b_stride);
+            _tile_dpbssd(0, 4, 6);
+            _tile_dpbssd(1, 4, 7);
+          }
+          _tile_stored(0, acc, acc_stride);
+          _tile_stored(1, acc + kNr, acc_stride);
+          continue;
+        }
+        Int32* acc_lo = acc + static_cast<Index>(16) * acc_cols;
+        if (c.first) {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+        } else {
+          _tile_loadd(0, acc, acc_stride);
+          _tile_loadd(1, acc + kNr, acc_stride);
+          _tile_loadd(2, acc_lo, acc_stride);
+          _tile_loadd(3, acc_lo + kNr, acc_stride);
+        }
+        const Int8* a1 = a0 + static_cast<Index>(16) * c.ld;
+        for (int k = 0; k < c.cols; k += kKGroup) {
+          _tile_loadd(4, a0 + k, a_stride);
+          _tile_loadd(5, a1 + k, a_stride);
+          _tile_loadd(6, b0 + static_cast<Index>(k) * kNr, b_stride);
+          _tile_loadd(7, b1 + static_cast<Index>(k) * kNr, b_stride);
+          _tile_dpbssd(0, 4, 6);
+          _tile_dpbssd(1, 4, 7);
+          _tile_dpbssd(2, 5, 6);
+          _tile_dpbssd(3, 5, 7);
+        }
+        _tile_stored(0, acc, acc_stride);
+        _tile_stored(1, acc + kNr, acc_stride);
+        _tile_stored(2, acc_lo, acc_stride);
+        _tile_stored(3, acc_lo + kNr, acc_stride);
+      }
+    }
+    // The INT32 sums were written by tile stores the compiler cannot see either.
+    __asm__ volatile("" ::: "memory");
+  }
+
+  static JASPER_AMX_INT8_TARGET void Dequant(const PackedSubBlock& p, int group, const Int32* acc_i,
+                                             int rows, bool first, float* acc_f) {
+    DequantRows<false>(p, group, acc_i, rows, first, acc_f);
+  }
+};
+
+void GemmTileInt8Amx(const PackedSubBlock& p, const Segment* segments, int num_segments, int rows,
+                     float* const* c_rows, float* scratch) {
+  GemmTileInt8Impl<AmxInt8Kernel>(p, segments, num_segments, rows, c_rows, scratch);
+}
+#endif
+
+}  // namespace
+
+GemmTileFn GemmTileInt8() {
+#if JASPER_X86_DISPATCH
+  const CpuIsa isa = ActiveCpuIsa();
+  const CpuFeatures& f = GetCpuFeatures();
+  if (isa == CpuIsa::kAmx && f.amx_int8) return GemmTileInt8Amx;
+  if ((isa == CpuIsa::kAmx || isa == CpuIsa::kAvx512) && f.avx512_vnni) return GemmTileInt8Vnni;
+#endif
+  return GemmTileInt8Portable;
+}
+
+std::size_t GemmInt8ScratchFloats(const PackedSubBlock& p) {
+  return static_cast<std::size_t>(AFloats(p) + 2 * AccFloats(p));
+}
+
+bool PackInt8Weights(const float* w_main, const ResidualInput* residuals, const float* a_scales,
+                     PackedSubBlock* p) {
+  const SubBlockDesc& d = p->desc;
+  const int c_in = d.in_channels;
+  const int c_out = d.out_channels;
+  const int taps = d.separable ? 1 : d.kernel_size;
+  const int num_groups = 1 + static_cast<int>(p->residual_channels.size());
+  for (int q = 0; q < num_groups; ++q) {
+    if (!(std::isfinite(a_scales[q]) && a_scales[q] > 0.0f)) return false;
+  }
+  p->c_in_pad = RoundUpTo(c_in, kKGroup);
+  p->res_k0_pad.assign(1, taps * p->c_in_pad);
+  for (int ch : p->residual_channels) {
+    p->res_k0_pad.push_back(p->res_k0_pad.back() + RoundUpTo(ch, kKGroup));
+  }
+  p->k_pad = p->res_k0_pad.back();
+  const int cols = AccCols(*p);
+  p->b_int8.assign(static_cast<std::size_t>(cols / kNr) * p->k_pad * kNr, 0);
+  p->a_scale.assign(a_scales, a_scales + num_groups);
+  p->dequant.assign(static_cast<std::size_t>(num_groups) * cols, 0.0f);
+  p->b_int8_col_sums.assign(static_cast<std::size_t>(num_groups) * cols, 0);
+
+  // One weight group: `rows` source rows of a [rows, C_out] matrix (row i at src(i)) into padded
+  // rows kp(i), quantized per column with the group's max |w|.
+  auto pack_group = [&](int q, int rows, auto src, auto kp) {
+    for (int o = 0; o < c_out; ++o) {
+      float max_abs = 0.0f;
+      for (int i = 0; i < rows; ++i) max_abs = std::max(max_abs, std::fabs(src(i)[o]));
+      const float w_scale = max_abs / 127.0f;
+      const std::size_t at_q = static_cast<std::size_t>(q) * cols + o;
+      p->dequant[at_q] = a_scales[q] * w_scale;
+      if (!(max_abs > 0.0f)) continue;  // an all-zero (or NaN) column stays zero
+      const float inv = 127.0f / max_abs;
+      Int32 sum = 0;
+      for (int i = 0; i < rows; ++i) {
+        const Int8 v = Quantize(src(i)[o], inv);
+        const int k = kp(i);
+        const Index at =
+            (static_cast<Index>(o / kNr) * p->k_pad + (k & ~3)) * kNr + (o % kNr) * 4 + (k & 3);
+        p->b_int8[static_cast<std::size_t>(at)] = v;
+        sum += v;
+      }
+      p->b_int8_col_sums[at_q] = sum;
+    }
+  };
+  pack_group(
+      0, taps * c_in, [&](int i) { return w_main + static_cast<Index>(i) * c_out; },
+      [&](int i) { return i / c_in * p->c_in_pad + i % c_in; });
+  for (std::size_t r = 0; r < p->residual_channels.size(); ++r) {
+    const float* w = residuals[r].weight;
+    const int k0 = p->res_k0_pad[r];
+    pack_group(
+        static_cast<int>(r) + 1, p->residual_channels[r],
+        [&](int i) { return w + static_cast<Index>(i) * c_out; }, [&](int i) { return k0 + i; });
+  }
+  return true;
+}
+
+}  // namespace jasper::kernels::cpu_internal

@@ -1,0 +1,137 @@
+// Pieces shared by the two low-precision GEMMs of the fused CPU sub-block (bf16_gemm.cc and
+// int8_gemm.cc): where a segment's K lands in the padded, grouped B; the walk that gathers a
+// chunk of A (converted to the GEMM's element type) into a contiguous buffer; the epilogue from
+// an FP32 accumulator buffer; and the AMX tile configuration. Not a public interface: include
+// only from kernels/cpu/*.cc.
+//
+// Layouts (sub_block.h, PackedSubBlock): B's K is cut into groups (C_in of one tap of W_main, or
+// one residual branch's channels), each padded with zeros to a multiple of the element type's
+// granule (p.c_in_pad, p.res_k0_pad). The FP32 accumulators are [rows][AccCols(p)].
+// Thread-safety: every function is reentrant.
+#ifndef JASPER_KERNELS_CPU_TILE_GEMM_H_
+#define JASPER_KERNELS_CPU_TILE_GEMM_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/sub_block.h"
+
+namespace jasper::kernels::cpu_internal {
+
+constexpr int kTilePanel = 16;  // columns per B panel (one AMX tile's 16 columns)
+
+inline int RoundUpTo(int v, int m) { return (v + m - 1) / m * m; }
+
+// Columns of the accumulator buffers and of the low-precision B: C_out rounded up to 32.
+inline int AccCols(const PackedSubBlock& p) { return RoundUpTo(p.n_panels, 2) * kTilePanel; }
+
+// Where a segment's K lands in the padded B: `groups` groups of `group` real rows, each padded to
+// `group_pad`, starting at padded row `k0_pad`; `qgroup` is the weight group it belongs to (0:
+// W_main, 1 + p: W_res_p; INT8 has one activation scale per weight group).
+struct SegmentGroups {
+  int group = 0;
+  int group_pad = 0;
+  int groups = 0;
+  int k0_pad = 0;
+  int qgroup = 0;
+};
+
+inline SegmentGroups GroupsOf(const PackedSubBlock& p, const Segment& seg) {
+  SegmentGroups g;
+  if (seg.k0 < p.k_main) {  // W_main: groups of C_in (one per tap)
+    const int c_in = p.desc.in_channels;
+    g.group = c_in;
+    g.group_pad = p.c_in_pad;
+    g.groups = seg.k / c_in;
+    g.k0_pad = seg.k0 / c_in * p.c_in_pad;
+    return g;
+  }
+  int k0 = p.k_main;
+  for (std::size_t r = 0; r < p.residual_channels.size(); ++r) {
+    if (k0 == seg.k0) {
+      g.group = p.residual_channels[r];
+      g.group_pad = p.res_k0_pad[r + 1] - p.res_k0_pad[r];
+      g.groups = 1;
+      g.k0_pad = p.res_k0_pad[r];
+      g.qgroup = static_cast<int>(r) + 1;
+      return g;
+    }
+    k0 += p.residual_channels[r];
+  }
+  return g;  // not reached for segments built by packed.cc
+}
+
+// The widest padded group of `p` (a chunk holds at least one group).
+inline int WidestGroup(const PackedSubBlock& p) {
+  int widest = p.c_in_pad;
+  for (std::size_t r = 0; r + 1 < p.res_k0_pad.size(); ++r) {
+    widest = std::max(widest, p.res_k0_pad[r + 1] - p.res_k0_pad[r]);
+  }
+  return widest;
+}
+
+// a[r][(g - g0) * group_pad + c] = convert(seg row r, group g, channel c), zero for c >= group:
+// the one walk over a chunk's rows and groups. `convert(src, n, dst)` converts one run (C_in or
+// a residual branch's channels) and returns how many elements it wrote (>= n; extra ones zero).
+template <typename T, typename Convert>
+JASPER_ALWAYS_INLINE void GatherGroups(const Segment& seg, const SegmentGroups& g, int g0, int gc,
+                                       int rows, T* a, int ld, Convert convert) {
+  for (int r = 0; r < rows; ++r) {
+    const float* src_row = seg.rows[r] + seg.offset;
+    T* dst_row = a + static_cast<Index>(r) * ld;
+    for (int gi = 0; gi < gc; ++gi) {
+      const float* src = src_row + static_cast<Index>(g0 + gi) * g.group;
+      T* dst = dst_row + static_cast<Index>(gi) * g.group_pad;
+      const int written = convert(src, g.group, dst);
+      if (written < g.group_pad) std::memset(dst + written, 0, sizeof(T) * (g.group_pad - written));
+    }
+  }
+}
+
+// Output rows from the accumulators: act(acc + bias), the valid columns only.
+JASPER_ALWAYS_INLINE void EpilogueRows(const PackedSubBlock& p, const float* acc, int rows,
+                                       float* const* c_rows) {
+  const int acc_cols = AccCols(p);
+  const int c_out = p.desc.out_channels;
+  const bool relu = p.desc.activation == Activation::kRelu;
+  const float* __restrict bias = p.bias.data();
+  for (int r = 0; r < rows; ++r) {
+    const float* __restrict ar = acc + static_cast<Index>(r) * acc_cols;
+    float* __restrict out = c_rows[r];
+    for (int o = 0; o < c_out; ++o) {
+      const float v = ar[o] + bias[o];
+      // `v < 0 ? 0 : v` keeps a NaN as NaN, like std::max(v, 0) in the reference.
+      out[o] = relu && v < 0.0f ? 0.0f : v;
+    }
+  }
+}
+
+// ldtilecfg's 64-byte operand: palette 1, tiles 0-7 all 16 rows x 64 bytes (the shape of every
+// tile both GEMMs use: FP32/INT32 16 x 16 accumulators, 16 x 64-byte A slices, B panels of 16
+// K pairs (BF16) or quads (INT8)).
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1;
+  std::uint8_t start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {};
+  std::uint8_t tile_rows[16] = {};
+};
+
+#if JASPER_X86_DISPATCH
+// Loads the configuration above. Not _tile_loadconfig: GCC 12's version passes only the first 8
+// bytes as the asm's memory operand, so the compiler may drop the stores of the rest of it.
+__attribute__((target("amx-tile"))) inline void LoadTileConfig() {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) {
+    config.colsb[t] = 64;
+    config.tile_rows[t] = 16;
+  }
+  __asm__ volatile("ldtilecfg %0" ::"m"(config));
+}
+#endif
+
+}  // namespace jasper::kernels::cpu_internal
+
+#endif  // JASPER_KERNELS_CPU_TILE_GEMM_H_
