@@ -3,8 +3,12 @@
 //
 //   jasper-transcribe a.wav b.wav                      (the shipped default model)
 //   jasper-transcribe --model_dir=models/<name> a.wav b.wav
+//   jasper-transcribe --model_dir=models/<name> --calibrate_int8 calib/*.wav
+//                      (measures the INT8 scales, writes <model_dir>/int8_calibration.json)
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,8 +27,10 @@
 #include "engine/model/default_model_dir.h"
 #include "engine/model/model.h"
 #include "engine/runtime/backend.h"
+#include "engine/runtime/int8_calibrator.h"
 #include "engine/status_macros.h"
 #include "engine/streaming/recognizer.h"
+#include "kernels/cpu_features.h"
 
 ABSL_FLAG(std::string, model_dir, "",
           absl::StrCat("Model folder (model.json + model.safetensors). Default, as for "
@@ -34,8 +40,14 @@ ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda.");
 ABSL_FLAG(std::string, gpu_precision, "fp32",
           "GPU activations and GEMM operands: fp32, fp16 or bf16 (FP32 accumulation).");
 ABSL_FLAG(std::string, cpu_precision, "auto",
-          "CPU GEMM operands: auto (bf16 where the CPU has AMX, else fp32), fp32 or bf16 (AMX "
-          "tiles, FP32 accumulation).");
+          "CPU GEMM operands: auto (bf16 where the CPU has AMX, else fp32), fp32, bf16 (AMX "
+          "tiles, FP32 accumulation) or int8 (AMX-INT8 or AVX-512 VNNI; needs the model "
+          "folder's int8_calibration.json, see --calibrate_int8).");
+ABSL_FLAG(bool, calibrate_int8, false,
+          "Instead of transcribing: run the model in FP32 over the given audio (a few minutes "
+          "that sound like what will be served; not a test set), choose the INT8 activation "
+          "scales, check INT8 against FP32 on the same audio, and write "
+          "<model_dir>/int8_calibration.json.");
 ABSL_FLAG(int, threads, 1,
           "Intra-op threads of the CPU backend replica (each sub-block split among them; results "
           "are identical for any value). [1, 256]");
@@ -123,6 +135,77 @@ absl::StatusOr<jasper::DecoderConfig> DecoderFromFlags(const jasper::Model& mode
   return config;
 }
 
+// `path`'s audio as mono at `rate` Hz.
+absl::StatusOr<std::vector<float>> LoadMono(const char* path, int rate) {
+  JASPER_ASSIGN_OR_RETURN(jasper::Audio audio, jasper::ReadWavFile(path));
+  std::vector<float> mono = jasper::DownmixToMono(audio);
+  if (audio.sample_rate == rate) return mono;
+  return jasper::Resample(mono, audio.sample_rate, rate);
+}
+
+// --calibrate_int8: every file's features into an Int8Calibrator; the result written to the
+// model folder (through a temporary file and a rename, so a reader never sees half of it).
+int CalibrateInt8(const std::shared_ptr<const jasper::Model>& model, const std::string& model_dir,
+                  const std::vector<char*>& files) {
+  const int rate = model->config().featurizer.sample_rate;
+  jasper::Int8Calibrator calibrator(model, absl::GetFlag(FLAGS_threads));
+  double audio_s = 0.0;
+  for (const char* path : files) {
+    absl::StatusOr<std::vector<float>> mono = LoadMono(path, rate);
+    absl::StatusOr<jasper::Features> features =
+        mono.ok() ? model->featurizer().Compute(*mono)
+                  : absl::StatusOr<jasper::Features>(mono.status());
+    if (!features.ok()) {
+      std::fprintf(stderr, "error: %s: %s\n", path,
+                   std::string(features.status().message()).c_str());
+      return 1;
+    }
+    features->data.resize(static_cast<std::size_t>(features->valid_frames) *
+                          features->num_features);
+    if (absl::Status s = calibrator.AddUtterance(features->data, features->valid_frames); !s.ok()) {
+      std::fprintf(stderr, "error: %s: %s\n", path, std::string(s.message()).c_str());
+      return 1;
+    }
+    audio_s += static_cast<double>(mono->size()) / rate;
+  }
+  const auto start = Clock::now();
+  absl::StatusOr<jasper::Int8Calibration> calibration = calibrator.Calibrate(audio_s);
+  if (!calibration.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(calibration.status().message()).c_str());
+    return 1;
+  }
+  const std::filesystem::path target =
+      std::filesystem::path(model_dir) / jasper::kInt8CalibrationFile;
+  const std::filesystem::path temporary = target.string() + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << jasper::Int8CalibrationToJson(*calibration);
+    if (!out.flush()) {
+      std::fprintf(stderr, "error: cannot write %s\n", temporary.c_str());
+      return 1;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(temporary, target, ec);
+  if (ec) {
+    std::fprintf(stderr, "error: cannot rename %s to %s: %s\n", temporary.c_str(), target.c_str(),
+                 ec.message().c_str());
+    return 1;
+  }
+  std::fprintf(
+      stderr, "INT8 calibration of %zu sub-blocks over %d files (%.1f s audio) in %.1f s\n",
+      calibration->layers.size(), calibration->utterances, audio_s, MsSince(start) / 1000.0);
+  if (calibration->frame_agreement >= 0) {
+    std::fprintf(stderr, "check: INT8 and FP32 give the same greedy token on %.2f %% of frames\n",
+                 100.0 * calibration->frame_agreement);
+  } else {
+    std::fprintf(stderr, "check skipped: no INT8 GEMM in hardware here (%s)\n",
+                 jasper::kernels::DescribeCpuFeatures().c_str());
+  }
+  std::printf("%s\n", target.c_str());
+  return 0;
+}
+
 int Run(const std::vector<char*>& files) {
   std::string model_dir = absl::GetFlag(FLAGS_model_dir);
   if (model_dir.empty()) model_dir = jasper::FindDefaultModelDir();
@@ -143,6 +226,7 @@ int Run(const std::vector<char*>& files) {
                  std::string(model.status().message()).c_str());
     return 1;
   }
+  if (absl::GetFlag(FLAGS_calibrate_int8)) return CalibrateInt8(*model, model_dir, files);
   absl::StatusOr<jasper::kernels::Precision> precision =
       jasper::ParseGpuPrecision(absl::GetFlag(FLAGS_gpu_precision));
   if (!precision.ok()) {
@@ -185,24 +269,13 @@ int Run(const std::vector<char*>& files) {
   int failures = 0;
   double total_audio_s = 0.0, total_compute_ms = 0.0;
   for (const char* path : files) {
-    absl::StatusOr<jasper::Audio> audio = jasper::ReadWavFile(path);
-    if (!audio.ok()) {
-      std::fprintf(stderr, "error: %s: %s\n", path, std::string(audio.status().message()).c_str());
+    absl::StatusOr<std::vector<float>> loaded = LoadMono(path, model_rate);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "error: %s: %s\n", path, std::string(loaded.status().message()).c_str());
       ++failures;
       continue;
     }
-    std::vector<float> mono = jasper::DownmixToMono(*audio);
-    if (audio->sample_rate != model_rate) {
-      absl::StatusOr<std::vector<float>> resampled =
-          jasper::Resample(mono, audio->sample_rate, model_rate);
-      if (!resampled.ok()) {
-        std::fprintf(stderr, "error: %s: %s\n", path,
-                     std::string(resampled.status().message()).c_str());
-        ++failures;
-        continue;
-      }
-      mono = *std::move(resampled);
-    }
+    const std::vector<float>& mono = *loaded;
     absl::StatusOr<std::vector<jasper::Transcript>> result;
     double compute_ms = 0.0;
     for (int r = 0; r < repeat; ++r) {

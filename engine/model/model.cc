@@ -273,6 +273,24 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir)
     // Not shared with anyone yet: completing it here keeps Build() free of file access.
     std::const_pointer_cast<Model>(*model)->language_model_ = *std::move(lm);
   }
+  // The INT8 calibration, if any: kept with its status, never failing the load.
+  Model& loaded = *std::const_pointer_cast<Model>(*model);
+  const std::string calibration_path = (std::filesystem::path(dir) / kInt8CalibrationFile).string();
+  std::error_code ec;
+  if (!std::filesystem::exists(calibration_path, ec)) {
+    loaded.int8_calibration_status_ = absl::NotFoundError(absl::StrCat(
+        "no ", kInt8CalibrationFile, " in ", dir,
+        "; make one with `jasper-transcribe --model_dir=", dir, " --calibrate_int8 AUDIO...`"));
+  } else {
+    absl::StatusOr<std::string> calibration_text = ReadWholeFile(calibration_path);
+    absl::StatusOr<Int8Calibration> calibration =
+        calibration_text.ok() ? ParseInt8Calibration(*calibration_text)
+                              : absl::StatusOr<Int8Calibration>(calibration_text.status());
+    absl::Status status = calibration.status();
+    if (status.ok()) status = CheckInt8Calibration(*calibration, loaded);
+    if (status.ok()) loaded.int8_calibration_ = *std::move(calibration);
+    loaded.int8_calibration_status_ = status;
+  }
   return model;
 }
 

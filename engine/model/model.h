@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/features/features.h"
+#include "engine/model/int8_calibration.h"
 #include "engine/model/model_config.h"
 #include "engine/model/ngram_lm.h"
 #include "kernels/sub_block.h"
@@ -62,6 +63,14 @@ class Model {
   const Featurizer& featurizer() const { return *featurizer_; }
   // The folder's word LM (config().language_model), mapped at Load(); null when none.
   const std::shared_ptr<const NgramLm>& language_model() const { return language_model_; }
+  // The folder's INT8 calibration (int8_calibration.json, read at Load()) when it is present,
+  // well-formed and made for these weights; null otherwise, and int8_calibration_status() says
+  // why (NOT_FOUND: no file; INVALID_ARGUMENT: malformed; FAILED_PRECONDITION: other weights or
+  // sub-blocks). Only --cpu_precision=int8 needs it; a bad file does not fail the load.
+  const Int8Calibration* int8_calibration() const {
+    return int8_calibration_.has_value() ? &*int8_calibration_ : nullptr;
+  }
+  const absl::Status& int8_calibration_status() const { return int8_calibration_status_; }
 
   // Time geometry, the one home of these rules (sessions, the recognizer, the serving engine
   // and the benchmarks use them). An encoder frame is hop x subsampling input samples (20 ms
@@ -88,6 +97,8 @@ class Model {
   std::vector<float> filterbank_;
   std::optional<Featurizer> featurizer_;  // always set once Build() succeeds
   std::shared_ptr<const NgramLm> language_model_;
+  std::optional<Int8Calibration> int8_calibration_;
+  absl::Status int8_calibration_status_ = absl::NotFoundError("no INT8 calibration");
   int64_t samples_per_encoder_frame_ = 0;
   double encoder_frame_ms_ = 0;
 };

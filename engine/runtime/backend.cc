@@ -24,17 +24,19 @@ absl::StatusOr<kernels::Precision> ParseGpuPrecision(const std::string& name) {
 absl::StatusOr<kernels::Precision> ParseCpuPrecision(const std::string& name) {
   if (name == "fp32") return kernels::Precision::kFp32;
   if (name == "bf16") return kernels::Precision::kBf16;
+  if (name == "int8") return kernels::Precision::kInt8;
   if (name == "auto") {
     return kernels::ActiveCpuIsa() == kernels::CpuIsa::kAmx ? kernels::Precision::kBf16
                                                             : kernels::Precision::kFp32;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown CPU precision '", name, "' (expected auto, fp32 or bf16)"));
+      absl::StrCat("unknown CPU precision '", name, "' (expected auto, fp32, bf16 or int8)"));
 }
 
 absl::Status BackendOptions::Validate() const {
-  if (cpu_precision != kernels::Precision::kFp32 && cpu_precision != kernels::Precision::kBf16) {
-    return absl::InvalidArgumentError("cpu_precision must be fp32 or bf16");
+  if (cpu_precision != kernels::Precision::kFp32 && cpu_precision != kernels::Precision::kBf16 &&
+      cpu_precision != kernels::Precision::kInt8) {
+    return absl::InvalidArgumentError("cpu_precision must be fp32, bf16 or int8");
   }
   if (cpu_threads < 1 || cpu_threads > 256) {
     return absl::InvalidArgumentError(

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model/model.h"
 #include "kernels/precision.h"
+#include "kernels/sub_block.h"
 
 namespace jasper {
 
@@ -72,11 +73,31 @@ absl::StatusOr<Device> ParseDevice(const std::string& name);
 absl::StatusOr<kernels::Precision> ParseGpuPrecision(const std::string& name);
 
 // CPU precision of the GEMM operands (FP32 accumulation in every case): "fp32"; "bf16" (AMX
-// tiles, or vdpbf16ps on a CPU with AVX-512 BF16 but no AMX; kernels/cpu_features.h); "auto":
+// tiles, or vdpbf16ps on a CPU with AVX-512 BF16 but no AMX; kernels/cpu_features.h); "int8"
+// (AMX INT8 tiles or AVX-512 VNNI, with the model folder's int8_calibration.json); "auto":
 // bf16 where the kernels can use AMX, else fp32 (on this project's Xeon the vdpbf16ps path is
-// slower than FP32 AVX-512, so auto does not pick it; docs/PERFORMANCE.md). Resolved here, so
-// the result is never "auto".
+// slower than FP32 AVX-512, so auto does not pick it; int8 is never automatic: it needs a
+// calibration and changes more transcripts, docs/PERFORMANCE.md). Resolved here, so the
+// result is never "auto".
 absl::StatusOr<kernels::Precision> ParseCpuPrecision(const std::string& name);
+
+// What an INT8 calibration sees of one CPU plan step (CpuStepObserver::BeforeStep). All
+// borrowed for the call: x is the step's input [batch, in_time, C_in], residual_x[p] the p-th
+// residual branch's input [batch, out_time, residual_channels[p]].
+struct CpuStepView {
+  int block = 0;      // -1: the decoder
+  int sub_block = 0;  // index within the block
+  const FoldedSubBlock* sub = nullptr;
+  const float* x = nullptr;
+  const float* const* residual_x = nullptr;
+  kernels::BatchGeometry geometry;
+};
+
+class CpuStepObserver {
+ public:
+  virtual ~CpuStepObserver() = default;
+  virtual void BeforeStep(const CpuStepView& step) = 0;
+};
 
 struct BackendOptions {
   Device device = Device::kAuto;
@@ -93,8 +114,16 @@ struct BackendOptions {
   int cuda_device = 0;
   // GPU backends only.
   kernels::Precision gpu_precision = kernels::Precision::kFp32;
-  // CPU backend only: kFp32 or kBf16 (kBf16 needs AMX: creation fails without it).
+  // CPU backend only: kFp32, kBf16 (needs a hardware BF16 GEMM: creation fails without it) or
+  // kInt8 (needs a hardware INT8 GEMM and an INT8 calibration: int8_calibration, else the
+  // model's own).
   kernels::Precision cpu_precision = kernels::Precision::kFp32;
+  // CPU kInt8 only: the calibration to use instead of Model::int8_calibration() (benchmarks
+  // and tests of models without a folder). Checked against the model at creation.
+  std::shared_ptr<const Int8Calibration> int8_calibration;
+  // CPU backend only (INT8 calibration): called on the Run() thread before each plan step with
+  // that step's inputs. Borrowed; must outlive the backend. Null: none.
+  CpuStepObserver* cpu_step_observer = nullptr;
   // CUDA: replay each (batch, frames) shape's whole forward (features in, every launch, results
   // out) as one CUDA graph, captured on the shape's second Run (the first launches directly). Up to
   // kMaxCudaGraphs shapes are kept (then all are dropped and recaptured); growing the workspaces

@@ -19,8 +19,9 @@ using Floats = kernels::AlignedFloats;
 
 class CpuBackend final : public Backend {
  public:
+  // `int8` (the checked calibration) is read only when options.cpu_precision is kInt8.
   CpuBackend(std::shared_ptr<const Model> model, ExecutionPlan plan, const BackendOptions& options,
-             bool use_reference)
+             bool use_reference, const Int8Calibration* int8)
       : model_(std::move(model)),
         plan_(std::move(plan)),
         options_(options),
@@ -34,9 +35,12 @@ class CpuBackend final : public Backend {
       for (std::size_t p = 0; p < sub.residual_weights.size(); ++p) {
         residuals.push_back({nullptr, sub.residual_weights[p].data(), sub.residual_channels[p]});
       }
-      packed_.push_back(kernels::PackSubBlock(sub.desc, WeightsOf(sub), residuals.data(),
-                                              static_cast<int>(residuals.size()),
-                                              options.cpu_precision));
+      const std::vector<float>* scales = options.cpu_precision == kernels::Precision::kInt8
+                                             ? int8->Find(step.block, step.sub_block)
+                                             : nullptr;
+      packed_.push_back(kernels::PackSubBlock(
+          sub.desc, WeightsOf(sub), residuals.data(), static_cast<int>(residuals.size()),
+          options.cpu_precision, scales == nullptr ? nullptr : scales->data()));
       workspace = std::max(workspace, kernels::PackedSubBlockWorkspaceFloats(packed_.back()));
     }
     // One workspace per part (separate allocations: no false sharing between threads).
@@ -148,6 +152,10 @@ absl::Status CpuBackend::Run(const FeatureBatch& input, BackendOutput* output) {
     geometry.out_time = set_time_[step.out_set];
     geometry.in_lengths = lengths_of(step.in_set);
     geometry.out_lengths = lengths_of(step.out_set);
+    if (options_.cpu_step_observer != nullptr) {
+      options_.cpu_step_observer->BeforeStep(
+          CpuStepView{step.block, step.sub_block, &sub, x, residual_x_.data(), geometry});
+    }
     if (use_reference_) {
       kernels::SubBlockReference(sub.desc, WeightsOf(sub), x, geometry, residual_inputs_.data(),
                                  num_residuals, y);
@@ -202,10 +210,28 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(std::shared_ptr<const 
                      "here (",
                      kernels::DescribeCpuFeatures(), "); use fp32 or auto"));
   }
+  const Int8Calibration* int8 = nullptr;
+  if (options.cpu_precision == kernels::Precision::kInt8 && !use_reference) {
+    if (!kernels::HasInt8Gemm()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cpu_precision int8 needs AMX-INT8 or AVX-512 VNNI, which the kernels cannot use here (",
+          kernels::DescribeCpuFeatures(), "); use fp32, bf16 or auto"));
+    }
+    if (options.int8_calibration != nullptr) {
+      JASPER_RETURN_IF_ERROR(CheckInt8Calibration(*options.int8_calibration, *model));
+      int8 = options.int8_calibration.get();
+    } else if (model->int8_calibration() != nullptr) {
+      int8 = model->int8_calibration();
+    } else {
+      const absl::Status& why = model->int8_calibration_status();
+      return absl::FailedPreconditionError(
+          absl::StrCat("cpu_precision int8 needs the model's INT8 calibration: ", why.message()));
+    }
+  }
   absl::StatusOr<ExecutionPlan> plan = ExecutionPlan::Create(*model);
   if (!plan.ok()) return plan.status();
   return std::unique_ptr<Backend>(
-      new CpuBackend(std::move(model), *std::move(plan), options, use_reference));
+      new CpuBackend(std::move(model), *std::move(plan), options, use_reference, int8));
 }
 
 }  // namespace jasper

@@ -1,7 +1,7 @@
 // The CPU backend: walks the model's ExecutionPlan (engine/runtime/execution_plan.h, shared with
 // the CUDA backend) with one fused sub-block kernel per step (kernels::FusedSubBlockCpuPacked: the
 // weights packed once at creation for the GEMM of options.cpu_precision, FP32 on AVX-512 / AVX2
-// micro-kernels or BF16 on AMX tiles, as kernels/cpu_features.h allows; residual 1x1 convs
+// micro-kernels, BF16 or INT8 on AMX tiles, as kernels/cpu_features.h allows; residual 1x1 convs
 // concatenated along K, rows of a batch stacked into one GEMM) over channels-last activations.
 // See backend.h for the contract. Intra-op threads: options.cpu_threads (default 1) parts per
 // sub-block, run on a CpuThreadPool owned by the replica (the calling thread is part 0; one
@@ -27,7 +27,10 @@ namespace jasper {
 
 // `use_reference` runs the plain reference kernels instead of the fused ones (tests; FP32
 // whatever options.cpu_precision says). FAILED_PRECONDITION for cpu_precision kBf16 when the
-// kernels have no BF16 GEMM in hardware (kernels::HasBf16Gemm(): AMX or AVX-512 BF16).
+// kernels have no BF16 GEMM in hardware (kernels::HasBf16Gemm(): AMX or AVX-512 BF16), and for
+// kInt8 without a hardware INT8 GEMM (kernels::HasInt8Gemm()) or without an INT8 calibration
+// made for this model (options.int8_calibration, else Model::int8_calibration(); the message
+// says why there is none).
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(std::shared_ptr<const Model> model,
                                                           const BackendOptions& options,
                                                           bool use_reference = false);
