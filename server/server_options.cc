@@ -38,9 +38,10 @@ absl::Status ServerOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("gpu_precision = '", gpu_precision, "' is not one of fp32, fp16, bf16"));
   }
-  if (cpu_precision != "auto" && cpu_precision != "fp32" && cpu_precision != "bf16") {
+  if (cpu_precision != "auto" && cpu_precision != "fp32" && cpu_precision != "bf16" &&
+      cpu_precision != "int8") {
     return absl::InvalidArgumentError(
-        absl::StrCat("cpu_precision = '", cpu_precision, "' is not one of auto, fp32, bf16"));
+        absl::StrCat("cpu_precision = '", cpu_precision, "' is not one of auto, fp32, bf16, int8"));
   }
   JASPER_RETURN_IF_ERROR(CheckRange("num_workers", num_workers, 0, 64));
   JASPER_RETURN_IF_ERROR(CheckRange("cpu_threads", cpu_threads, 1, 256));

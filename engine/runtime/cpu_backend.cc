@@ -35,12 +35,14 @@ class CpuBackend final : public Backend {
       for (std::size_t p = 0; p < sub.residual_weights.size(); ++p) {
         residuals.push_back({nullptr, sub.residual_weights[p].data(), sub.residual_channels[p]});
       }
-      const std::vector<float>* scales = options.cpu_precision == kernels::Precision::kInt8
-                                             ? int8->Find(step.block, step.sub_block)
-                                             : nullptr;
-      packed_.push_back(kernels::PackSubBlock(
-          sub.desc, WeightsOf(sub), residuals.data(), static_cast<int>(residuals.size()),
-          options.cpu_precision, scales == nullptr ? nullptr : scales->data()));
+      // The reference mode runs FP32 whatever the precision (and has no INT8 calibration).
+      const kernels::Precision precision =
+          use_reference ? kernels::Precision::kFp32 : options.cpu_precision;
+      const std::vector<float>* scales =
+          precision == kernels::Precision::kInt8 ? int8->Find(step.block, step.sub_block) : nullptr;
+      packed_.push_back(kernels::PackSubBlock(sub.desc, WeightsOf(sub), residuals.data(),
+                                              static_cast<int>(residuals.size()), precision,
+                                              scales == nullptr ? nullptr : scales->data()));
       workspace = std::max(workspace, kernels::PackedSubBlockWorkspaceFloats(packed_.back()));
     }
     // One workspace per part (separate allocations: no false sharing between threads).

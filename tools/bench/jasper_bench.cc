@@ -1,7 +1,8 @@
 // jasper_bench: CPU speed of the fused sub-block kernel and of the whole QuartzNet 15x5 model.
 //
-// Sections (FP32 unless --precision=bf16; random weights, channels-last, full-length
-// utterances):
+// Sections (FP32 unless --precision=bf16|int8; random weights, channels-last, full-length
+// utterances; INT8 models are calibrated first on random features of the benchmark's kind, and
+// single sub-blocks take fixed activation scales, as speed does not depend on their values):
 //   peak      one-thread FMA peak of this CPU (AVX2+FMA, 12 independent accumulators), the
 //             yardstick for "% of FP32 peak".
 //   subblock  one separable sub-block (depthwise K taps + pointwise CxC + bias + ReLU) at batch 1:
@@ -24,7 +25,7 @@
 // recorded at start and end.
 //
 // Usage: jasper_bench [--quick] [--json=FILE] [--sections=peak,subblock,model,profile]
-//                     [--threads=1,2] [--case_name=NAME] [--precision=fp32|bf16]
+//                     [--threads=1,2] [--case_name=NAME] [--precision=fp32|bf16|int8]
 #include <cblas.h>
 
 #include <algorithm>
@@ -56,6 +57,7 @@
 #include "engine/runtime/backend.h"
 #include "engine/runtime/cpu_backend.h"
 #include "engine/runtime/cpu_thread_pool.h"
+#include "engine/runtime/int8_calibrator.h"
 #include "kernels/blas_sub_block.h"
 #include "kernels/cpu_features.h"
 #include "kernels/sub_block.h"
@@ -73,9 +75,9 @@ ABSL_FLAG(std::string, threads, "1,2",
           "the CPU backend (BackendOptions::cpu_threads), and OpenBLAS threads of the 'blas' "
           "comparison.");
 ABSL_FLAG(std::string, precision, "fp32",
-          "GEMM operands of the packed kernel and the CPU backend: fp32 or bf16 (AMX; refused "
-          "without it). int8 is not built yet. The ISA level follows kernels/cpu_features.h "
-          "(JASPER_CPU_ISA=avx2 etc. caps it).");
+          "GEMM operands of the packed kernel and the CPU backend: fp32, bf16 (AMX or AVX-512 "
+          "BF16) or int8 (AMX-INT8 or AVX-512 VNNI); refused without the hardware. The ISA level "
+          "follows kernels/cpu_features.h (JASPER_CPU_ISA=avx2 etc. caps it).");
 ABSL_FLAG(std::string, case_name, "",
           "Run only this case: a sub-block name (sep_c256_k33_t100) or a model case with its "
           "batch (offline_10s_b1, stream_3.2s_b8). Used by tools/bench_peers.py to interleave.");
@@ -268,8 +270,10 @@ class FusedRunner {
     geometry_ = {batch, in_time, out_time_, in_lengths_.data(), out_lengths_.data()};
     workspace_.assign(kernels::FusedSubBlockWorkspaceFloats(desc) + 64, 0.0f);
     y_.assign(static_cast<std::size_t>(batch) * out_time_ * desc.out_channels, 0.0f);
-    packed_ = kernels::PackSubBlock(desc, weights, residuals_.data(),
-                                    static_cast<int>(residuals_.size()), g_precision);
+    const std::vector<float> int8_scales(1 + residuals_.size(), 0.05f);
+    packed_ =
+        kernels::PackSubBlock(desc, weights, residuals_.data(), static_cast<int>(residuals_.size()),
+                              g_precision, int8_scales.data());
     packed_workspace_.assign(kernels::PackedSubBlockWorkspaceFloats(packed_), 0.0f);
     for (const auto& r : residuals_) residual_x_.push_back(r.x);
   }
@@ -481,12 +485,39 @@ double ModelFlops(const Model& model, int frames) {
   return flops;
 }
 
+// The INT8 calibration of `model` over four 10 s utterances of the uniform random features the
+// model cases run (once per model).
+std::shared_ptr<const Int8Calibration> BenchCalibration(const std::shared_ptr<const Model>& model) {
+  static std::map<const Model*, std::shared_ptr<const Int8Calibration>> cache;
+  std::shared_ptr<const Int8Calibration>& cached = cache[model.get()];
+  if (cached != nullptr) return cached;
+  Int8Calibrator calibrator(model);
+  std::mt19937 rng(98);
+  const int features = model->config().feat_in;
+  for (int u = 0; u < 4; ++u) {
+    const absl::Status added = calibrator.AddUtterance(
+        Uniform(rng, static_cast<std::size_t>(1000) * features, 1.0f), 1000);
+    if (!added.ok()) {
+      std::fprintf(stderr, "calibration: %s\n", added.ToString().c_str());
+      std::exit(1);
+    }
+  }
+  absl::StatusOr<Int8Calibration> calibration = calibrator.Calibrate(40.0);
+  if (!calibration.ok()) {
+    std::fprintf(stderr, "calibration: %s\n", calibration.status().ToString().c_str());
+    std::exit(1);
+  }
+  cached = std::make_shared<const Int8Calibration>(*std::move(calibration));
+  return cached;
+}
+
 Json RunModelCase(const std::shared_ptr<const Model>& model, const ModelCase& c, int threads,
                   const TimingPlan& plan) {
   BackendOptions options;
   options.device = Device::kCpu;
   options.cpu_threads = threads;
   options.cpu_precision = g_precision;
+  if (g_precision == kernels::Precision::kInt8) options.int8_calibration = BenchCalibration(model);
   options.max_batch = std::max(8, c.batch);
   options.max_feature_frames = std::max(1600, c.frames);
   absl::StatusOr<std::unique_ptr<Backend>> backend = CreateCpuBackend(model, options);
@@ -716,9 +747,15 @@ int Main(int argc, char** argv) {
       return 2;
     }
     g_precision = kernels::Precision::kBf16;
+  } else if (precision == "int8") {
+    if (!kernels::HasInt8Gemm()) {
+      std::fprintf(stderr, "--precision=int8 needs AMX-INT8 or AVX-512 VNNI (%s)\n",
+                   kernels::DescribeCpuFeatures().c_str());
+      return 2;
+    }
+    g_precision = kernels::Precision::kInt8;
   } else if (precision != "fp32") {
-    std::fprintf(stderr, "--precision: '%s' is not fp32 or bf16 (int8 is not built yet)\n",
-                 precision.c_str());
+    std::fprintf(stderr, "--precision: '%s' is not fp32, bf16 or int8\n", precision.c_str());
     return 2;
   }
 

@@ -1,0 +1,238 @@
+// INT8 calibration (engine/model/int8_calibration.h, engine/runtime/int8_calibrator.h): the file
+// format and its checks, the MSE clip choice, the model folder's calibration at load, the
+// calibrator on random models, and the CPU backend's INT8 refusals and results.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/model/int8_calibration.h"
+#include "engine/model/model.h"
+#include "engine/runtime/backend.h"
+#include "engine/runtime/cpu_backend.h"
+#include "engine/runtime/int8_calibrator.h"
+#include "kernels/cpu_features.h"
+#include "tests/model_test_util.h"
+
+namespace jasper {
+namespace {
+
+using test_util::BuildModel;
+using test_util::TempDir;
+
+std::string ReadText(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Int8Calibration Sample() {
+  Int8Calibration c;
+  c.weights_fingerprint = "0123456789abcdef";
+  c.method = "mse-histogram-2048";
+  c.utterances = 3;
+  c.audio_seconds = 12.5;
+  c.frame_agreement = 0.975;
+  c.layers = {{0, 0, {0.125f}}, {1, 1, {0.0306f, 1e-7f}}, {-1, 0, {3.4e38f}}};
+  return c;
+}
+
+TEST(Int8CalibrationFileTest, RoundTripsExactly) {
+  const Int8Calibration c = Sample();
+  absl::StatusOr<Int8Calibration> back = ParseInt8Calibration(Int8CalibrationToJson(c));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->weights_fingerprint, c.weights_fingerprint);
+  EXPECT_EQ(back->method, c.method);
+  EXPECT_EQ(back->utterances, 3);
+  EXPECT_DOUBLE_EQ(back->audio_seconds, 12.5);
+  EXPECT_DOUBLE_EQ(back->frame_agreement, 0.975);
+  ASSERT_EQ(back->layers.size(), 3u);
+  for (std::size_t i = 0; i < c.layers.size(); ++i) {
+    EXPECT_EQ(back->layers[i].block, c.layers[i].block);
+    EXPECT_EQ(back->layers[i].sub_block, c.layers[i].sub_block);
+    EXPECT_EQ(back->layers[i].scales, c.layers[i].scales);  // bit-exact floats
+  }
+  ASSERT_NE(back->Find(-1, 0), nullptr);
+  EXPECT_EQ(back->Find(-1, 0)->size(), 1u);
+  EXPECT_EQ(back->Find(2, 0), nullptr);
+}
+
+TEST(Int8CalibrationFileTest, RejectsMalformedFiles) {
+  const std::string good = Int8CalibrationToJson(Sample());
+  auto replaced = [&good](const std::string& from, const std::string& to) {
+    std::string s = good;
+    const std::size_t at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return s.replace(at, from.size(), to);
+  };
+  const std::string bad[] = {
+      "",
+      "[]",
+      "{",
+      replaced("jasper-int8-calibration", "something-else"),
+      replaced("\"version\": 1", "\"version\": 2"),
+      replaced("\"weights_fingerprint\": \"0123456789abcdef\"", "\"weights_fingerprint\": 7"),
+      replaced("\"layers\": [", "\"layers\": 5, \"x\": ["),
+      replaced("[0.125]", "[]"),
+      replaced("[0.125]", "[-0.125]"),
+      replaced("[0.125]", "[0]"),
+      replaced("[0.125]", "[1e39]"),  // not a finite float
+      replaced("[0.125]", "[\"0.125\"]"),
+      replaced("\"sub_block\": 0, \"scales\": [0.125]", "\"scales\": [0.125]"),
+  };
+  for (const std::string& text : bad) {
+    absl::StatusOr<Int8Calibration> parsed = ParseInt8Calibration(text);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << text;
+  }
+}
+
+// The clip minimizes the histogram's squared error: no clipping for a uniform spread; a lone
+// far outlier is clipped (its squared error is cheaper than coarser steps for everything else).
+TEST(ChooseInt8ScaleTest, UniformKeepsTheRangeAndOutliersAreClipped) {
+  std::vector<double> uniform(2048, 100.0);
+  EXPECT_NEAR(ChooseInt8Scale(uniform, 10.0f), 10.0f / 127, 10.0f / 127 * 0.02);
+  std::vector<double> outlier(2048, 0.0);
+  for (int i = 0; i < 200; ++i) outlier[i] = 1e5;  // the bulk below 1/10 of the max
+  outlier[2047] = 1.0;
+  const float scale = ChooseInt8Scale(outlier, 10.0f);
+  EXPECT_LT(scale, 10.0f / 127 / 4);
+  EXPECT_GE(scale, 10.0f / 127 / 16 * 0.99);  // never below 1/16 of the range
+  EXPECT_EQ(ChooseInt8Scale(uniform, 0.0f), 1.0f);
+  EXPECT_EQ(ChooseInt8Scale({}, 1.0f), 1.0f);
+}
+
+// The calibrator on a random model: a scale per GEMM input of every sub-block and the decoder,
+// a calibration the model accepts, and (with an INT8 GEMM) a checked frame agreement.
+TEST(Int8CalibratorTest, CalibratesEverySubBlockAndChecksItself) {
+  for (const ModelConfig& config :
+       {test_util::SeparableConfig(), test_util::DenseResidualConfig()}) {
+    auto model = BuildModel(config, 21);
+    ASSERT_NE(model, nullptr);
+    Int8Calibrator calibrator(model, 2);
+    EXPECT_EQ(calibrator.Calibrate(1.0).status().code(), absl::StatusCode::kFailedPrecondition);
+    const int features = config.feat_in;
+    EXPECT_EQ(calibrator.AddUtterance(std::vector<float>(features * 3 - 1), 3).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(calibrator.AddUtterance({}, 0).code(), absl::StatusCode::kInvalidArgument);
+    std::mt19937 rng(5);
+    for (int frames : {180, 61, 300}) {
+      ASSERT_TRUE(calibrator
+                      .AddUtterance(test_util::Random(
+                                        rng, static_cast<std::size_t>(frames) * features, -1, 1),
+                                    frames)
+                      .ok());
+    }
+    absl::StatusOr<Int8Calibration> c = calibrator.Calibrate(5.4);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_TRUE(CheckInt8Calibration(*c, *model).ok());
+    EXPECT_EQ(c->weights_fingerprint, WeightsFingerprint(*model));
+    EXPECT_EQ(c->utterances, 3);
+    EXPECT_DOUBLE_EQ(c->audio_seconds, 5.4);
+    std::size_t sub_blocks = 1;  // the decoder
+    for (const FoldedBlock& b : model->blocks()) sub_blocks += b.sub_blocks.size();
+    EXPECT_EQ(c->layers.size(), sub_blocks);
+    for (const Int8SubBlockScales& l : c->layers) {
+      for (float s : l.scales) EXPECT_TRUE(std::isfinite(s) && s > 0) << s;
+    }
+    if (kernels::HasInt8Gemm()) {
+      EXPECT_GE(c->frame_agreement, 0.5);  // random weights: close, not equal
+      EXPECT_LE(c->frame_agreement, 1.0);
+    } else {
+      EXPECT_EQ(c->frame_agreement, -1.0);
+    }
+    // Another model's weights: refused, saying so.
+    auto other = BuildModel(config, 22);
+    const absl::Status stale = CheckInt8Calibration(*c, *other);
+    EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(stale.message().find("other weights"), std::string::npos) << stale;
+    Int8Calibration missing = *c;
+    missing.layers.pop_back();
+    EXPECT_EQ(CheckInt8Calibration(missing, *model).code(), absl::StatusCode::kFailedPrecondition);
+    Int8Calibration extra_scale = *c;
+    extra_scale.layers.front().scales.push_back(1.0f);
+    EXPECT_EQ(CheckInt8Calibration(extra_scale, *model).code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+}
+
+// The model folder's calibration: absent, stale or malformed leaves the model loadable and INT8
+// refused with the reason; a good one is used.
+TEST(Int8CalibrationLoadTest, FolderCalibrationIsCheckedAtLoad) {
+  const std::string shipped = std::string(JASPER_SOURCE_DIR) + "/models/quartznet_en_tts_small";
+  TempDir dir;
+  for (const char* name : {"model.json", "model.safetensors", "lm.bin"}) {
+    std::filesystem::copy_file(std::filesystem::path(shipped) / name,
+                               std::filesystem::path(dir.path()) / name);
+  }
+  BackendOptions options;
+  options.device = Device::kCpu;
+  options.cpu_precision = kernels::Precision::kInt8;
+  const bool hardware = kernels::HasInt8Gemm();
+
+  absl::StatusOr<std::shared_ptr<const Model>> none = Model::Load(dir.path());
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ((*none)->int8_calibration(), nullptr);
+  EXPECT_EQ((*none)->int8_calibration_status().code(), absl::StatusCode::kNotFound);
+  if (hardware) {
+    absl::StatusOr<std::unique_ptr<Backend>> refused = CreateCpuBackend(*none, options);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(refused.status().message().find("--calibrate_int8"), std::string::npos)
+        << refused.status();
+  }
+
+  const std::string good = ReadText(std::filesystem::path(shipped) / kInt8CalibrationFile);
+  ASSERT_FALSE(good.empty()) << "the shipped model has no " << kInt8CalibrationFile;
+  std::string stale = good;
+  const std::size_t at = stale.find("\"weights_fingerprint\": \"") + 24;
+  stale[at] = stale[at] == '0' ? '1' : '0';
+  dir.Write(kInt8CalibrationFile, stale);
+  absl::StatusOr<std::shared_ptr<const Model>> with_stale = Model::Load(dir.path());
+  ASSERT_TRUE(with_stale.ok()) << with_stale.status();
+  EXPECT_EQ((*with_stale)->int8_calibration(), nullptr);
+  EXPECT_EQ((*with_stale)->int8_calibration_status().code(), absl::StatusCode::kFailedPrecondition);
+  if (hardware) {
+    EXPECT_EQ(CreateCpuBackend(*with_stale, options).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+
+  dir.Write(kInt8CalibrationFile, "{ not json");
+  absl::StatusOr<std::shared_ptr<const Model>> with_bad = Model::Load(dir.path());
+  ASSERT_TRUE(with_bad.ok()) << with_bad.status();
+  EXPECT_EQ((*with_bad)->int8_calibration_status().code(), absl::StatusCode::kInvalidArgument);
+
+  dir.Write(kInt8CalibrationFile, good);
+  absl::StatusOr<std::shared_ptr<const Model>> with_good = Model::Load(dir.path());
+  ASSERT_TRUE(with_good.ok()) << with_good.status();
+  ASSERT_NE((*with_good)->int8_calibration(), nullptr) << (*with_good)->int8_calibration_status();
+  EXPECT_TRUE((*with_good)->int8_calibration_status().ok());
+  if (hardware) EXPECT_TRUE(CreateCpuBackend(*with_good, options).ok());
+}
+
+// Without an INT8 GEMM in hardware (simulated by capping the ISA level at AVX2), INT8 is
+// refused whatever the calibration; the reference mode ignores the precision.
+TEST(Int8BackendTest, RefusedWithoutHardwareInt8) {
+  auto model = BuildModel(test_util::SeparableConfig(), 23);
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(*ParseCpuPrecision("int8"), kernels::Precision::kInt8);
+  BackendOptions options;
+  options.device = Device::kCpu;
+  options.cpu_precision = kernels::Precision::kInt8;
+  const kernels::CpuIsa previous = kernels::SetCpuIsaCap(kernels::CpuIsa::kAvx2);
+  EXPECT_FALSE(kernels::HasInt8Gemm());
+  absl::StatusOr<std::unique_ptr<Backend>> refused = CreateCpuBackend(model, options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("VNNI"), std::string::npos) << refused.status();
+  EXPECT_TRUE(CreateCpuBackend(model, options, /*use_reference=*/true).ok());
+  kernels::SetCpuIsaCap(previous);
+}
+
+}  // namespace
+}  // namespace jasper
