@@ -146,6 +146,11 @@ using AlignedFloats = std::vector<float, CacheLineAllocator<float>>;
 //   a_scale[0], A_res_p with a_scale[1 + p] (calibrated once per model: q = clamp(round(a /
 //   a_scale), -127, 127)), accumulates each weight group's products in INT32 and adds them to
 //   the FP32 result times dequant[group][column] = a_scale[group] * w_scale[group][column].
+//   Separable: the depthwise conv runs in INT8 too: the input quantized per tensor with
+//   depthwise_in_scale, the weights per channel (max |w| / 127 over the taps) in
+//   depthwise_int8[C_in/16][ceil(K/4)][16][4] (quads of taps per channel, taps past K zero),
+//   INT32 sums dequantized per channel (depthwise_dequant = input scale x weight scale) to the
+//   FP32 rows the GEMM reads as A_main.
 struct PackedSubBlock {
   SubBlockDesc desc;
   Precision precision = Precision::kFp32;  // kFp32, kBf16 or kInt8
@@ -167,8 +172,14 @@ struct PackedSubBlock {
   // [1 + num_residuals][columns]: sum over the group's K of the quantized weights (the AVX-512
   // VNNI kernel reads A as unsigned, a + 128, and subtracts 128 x this).
   std::vector<std::int32_t, CacheLineAllocator<std::int32_t>> b_int8_col_sums;
+  // kInt8 separable only (channels rounded up to 16; the VNNI depthwise reads its input as
+  // unsigned, q + 128, and subtracts 128 x depthwise_int8_sums):
+  float depthwise_in_scale = 0.0f;
+  std::vector<std::int8_t, CacheLineAllocator<std::int8_t>> depthwise_int8;
+  AlignedFloats depthwise_dequant;
+  std::vector<std::int32_t, CacheLineAllocator<std::int32_t>> depthwise_int8_sums;
   AlignedFloats bias;       // [n_panels * 16], zero when there is no bias
-  AlignedFloats depthwise;  // separable: [ceil(C_in/16)][K][16]
+  AlignedFloats depthwise;  // separable kFp32/kBf16: [ceil(C_in/16)][K][16]
 };
 
 // Packs `weights` and the residual branches' weights (residuals[p].weight, .channels; .x is not
@@ -177,10 +188,11 @@ struct PackedSubBlock {
 // kBf16 runs on AMX tiles when kernels::ActiveCpuIsa() is kAmx (cpu_features.h), on AVX-512 BF16
 // (vdpbf16ps) at kAvx512 where the CPU has it, else on a portable path with the same BF16
 // rounding (slow: for tests; kernels::HasBf16Gemm() tells which). kInt8 needs
-// `int8_input_scales`, [1 + num_residuals] finite positive activation scales (A_main's, then
-// each residual input's; an invalid block without them) and runs on AMX INT8 tiles at kAmx, on
-// AVX-512 VNNI (vpdpbusd) at kAvx512 where the CPU has it, else on portable loops with the same
-// quantization (kernels::HasInt8Gemm()).
+// `int8_input_scales`: finite positive activation scales, A_main's, then each residual input's,
+// then, for a separable sub-block, the depthwise input's (x): 1 + num_residuals (+ 1) values; an
+// invalid block without them. It runs on AMX INT8 tiles at kAmx, on AVX-512 VNNI (vpdpbusd) at
+// kAvx512 where the CPU has it, else on portable loops with the same quantization and the same
+// bits (kernels::HasInt8Gemm()).
 PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& weights,
                             const ResidualInput* residuals, int num_residuals,
                             Precision precision = Precision::kFp32,
@@ -196,9 +208,9 @@ std::size_t PackedSubBlockWorkspaceFloats(const PackedSubBlock& packed);
 // keep the micro-kernel busy. kFp32: the AVX-512 or AVX2+FMA micro-kernel by
 // kernels::ActiveCpuIsa(), else portable vector code; kBf16: see PackSubBlock. The result
 // matches the reference within FP32 summation-order error (kFp32), the BF16 rounding of the
-// GEMM's operands (kBf16: relative 2^-7 per product) or the INT8 quantization of A and B (kInt8:
-// at most half a quantization step of each operand per product, A values beyond 127 steps
-// clipped). `workspace` must hold
+// GEMM's operands (kBf16: relative 2^-7 per product) or the INT8 quantization of the operands
+// (kInt8: at most half a quantization step of each operand per product, in the depthwise conv
+// and in the GEMM; values beyond 127 steps clipped). `workspace` must hold
 // PackedSubBlockWorkspaceFloats(packed) floats; it is not read before it is written.
 // Single-threaded; no allocation.
 void FusedSubBlockCpuPacked(const PackedSubBlock& packed, const float* x,

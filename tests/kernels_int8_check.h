@@ -9,7 +9,12 @@
 //   |int8 - reference| <= sum_q ( s_q/2 sum_k |w_k| + w_q[o]/2 sum_k |a_k| + K_q s_q w_q[o] / 4 )
 // when no activation is clipped (the scales here are the data's own max / 127). sum_k |a_k| is
 // bounded through the reference run on |x| (and |depthwise|) with every weight of group q set
-// to w_q[o] / 2. Header-only: included by kernels_test.cc alone.
+// to w_q[o] / 2. A separable sub-block's depthwise conv runs in INT8 as well (input scale s_x,
+// per-channel weight scale v_c), so each depthwise output a_c is off by at most
+//   e_c = sum over valid taps ( s_x/2 |dw_kc| + v_c/2 |x_kc| + s_x v_c / 4 )
+// before the GEMM quantizes it; that error, and the clipping it can cause against the scale of
+// the exact output (at most e_c more), adds sum_c 2 e_c (|w_co| + w_0[o]/2) per output.
+// Header-only: included by kernels_test.cc alone.
 #ifndef JASPER_TESTS_KERNELS_INT8_CHECK_H_
 #define JASPER_TESTS_KERNELS_INT8_CHECK_H_
 
@@ -23,7 +28,7 @@
 namespace jasper::kernels::int8_check {
 
 struct Int8Oracle {
-  std::vector<float> scales;  // [1 + num_residuals]: PackSubBlock's int8_input_scales
+  std::vector<float> scales;  // PackSubBlock's int8_input_scales
   std::vector<float> bound;   // [batch, out_time, C_out]: the bound above (valid frames)
 };
 
@@ -67,6 +72,14 @@ inline Int8Oracle MakeInt8Oracle(const SubBlockDesc& desc, const SubBlockWeights
     }
     o.scales.push_back(ScaleOf(m));
   }
+  float x_max = 0.0f;  // the depthwise input's valid frames
+  for (int b = 0; b < g.batch; ++b) {
+    const float* xb = x + static_cast<std::size_t>(b) * g.in_time * c_in;
+    for (std::size_t i = 0; i < static_cast<std::size_t>(in_len(b)) * c_in; ++i) {
+      x_max = std::max(x_max, std::fabs(xb[i]));
+    }
+  }
+  if (desc.separable) o.scales.push_back(ScaleOf(x_max));
 
   // Per column: weight scale, sum |w| and K of each group -> the constant terms; the half
   // steps of the weights -> the matrices of the |a| run.
@@ -118,6 +131,39 @@ inline Int8Oracle MakeInt8Oracle(const SubBlockDesc& desc, const SubBlockWeights
   SubBlockReference(abs_desc, abs_w, abs_x.data(), g, abs_residuals.data(),
                     static_cast<int>(abs_residuals.size()), o.bound.data());
   for (std::size_t i = 0; i < o.bound.size(); ++i) o.bound[i] += constant[i % c_out];
+  if (!desc.separable) return o;
+
+  // The INT8 depthwise's error e[b, t, c], through two depthwise reference runs: ones (valid
+  // frames count taps) against s_x/2 |dw| + s_x v_c/4, and |x| against v_c/2.
+  const float s_x = o.scales.back();
+  const int dw_taps = desc.kernel_size;
+  std::vector<float> w_const(static_cast<std::size_t>(dw_taps) * c_in);
+  std::vector<float> w_half(static_cast<std::size_t>(dw_taps) * c_in);
+  for (int c = 0; c < c_in; ++c) {
+    float v_max = 0.0f;
+    for (int k = 0; k < dw_taps; ++k) v_max = std::max(v_max, std::fabs(w.depthwise[k * c_in + c]));
+    const float v = v_max / 127.0f;
+    for (int k = 0; k < dw_taps; ++k) {
+      w_const[k * c_in + c] = s_x / 2 * std::fabs(w.depthwise[k * c_in + c]) + s_x * v / 4;
+      w_half[k * c_in + c] = v / 2;
+    }
+  }
+  const std::size_t out_size = static_cast<std::size_t>(g.batch) * g.out_time * c_in;
+  const std::vector<float> ones(abs_x.size(), 1.0f);
+  std::vector<float> e(out_size), e_x(out_size);
+  DepthwiseReference(desc, w_const.data(), ones.data(), g, e.data());
+  DepthwiseReference(desc, w_half.data(), abs_x.data(), g, e_x.data());
+  for (std::size_t i = 0; i < out_size; ++i) e[i] += e_x[i];
+  for (std::size_t row = 0; row < static_cast<std::size_t>(g.batch) * g.out_time; ++row) {
+    float* bound = o.bound.data() + row * c_out;
+    for (int c = 0; c < c_in; ++c) {
+      const float ec = 2 * e[row * c_in + c];
+      if (ec == 0.0f) continue;
+      const float* wc = w.weight + static_cast<std::size_t>(c) * c_out;
+      const float* half = main_half.data() + static_cast<std::size_t>(c) * c_out;  // w_0[o] / 2
+      for (int col = 0; col < c_out; ++col) bound[col] += ec * (std::fabs(wc[col]) + half[col]);
+    }
+  }
   return o;
 }
 

@@ -191,7 +191,7 @@ absl::Status CheckInt8Calibration(const Int8Calibration& calibration, const Mode
   ForEachSubBlock(model, [&](int block, int sub_block, const FoldedSubBlock& s) {
     if (!status.ok()) return;
     const std::vector<float>* scales = calibration.Find(block, sub_block);
-    const std::size_t expected = 1 + s.residual_weights.size();
+    const std::size_t expected = 1 + s.residual_weights.size() + (s.desc.separable ? 1 : 0);
     if (scales == nullptr || scales->size() != expected) {
       status = absl::FailedPreconditionError(
           absl::StrCat(kInt8CalibrationFile, ": block ", block, " sub-block ", sub_block, " needs ",

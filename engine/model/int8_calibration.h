@@ -1,6 +1,7 @@
-// INT8 calibration of one model: the per-tensor activation scales of every sub-block's GEMM
-// inputs (kernels/sub_block.h, PackSubBlock's int8_input_scales: A_main, then each residual
-// branch's input), measured once over some audio by Int8Calibrator
+// INT8 calibration of one model: the per-tensor activation scales of every sub-block's INT8
+// inputs (kernels/sub_block.h, PackSubBlock's int8_input_scales: the GEMM's A_main, each residual
+// branch's input, then for a separable sub-block the depthwise conv's input), measured once over
+// some audio by Int8Calibrator
 // (engine/runtime/int8_calibrator.h; `jasper-transcribe --calibrate_int8`) and stored in the
 // model folder as int8_calibration.json (docs/MODEL_FORMAT.md), which Model::Load reads.
 //
@@ -26,7 +27,8 @@ inline constexpr char kInt8CalibrationFile[] = "int8_calibration.json";
 struct Int8SubBlockScales {
   int block = 0;
   int sub_block = 0;
-  std::vector<float> scales;  // [1 + number of residual branches], finite and > 0
+  // [1 + residual branches (+ 1 when separable)], finite and > 0: PackSubBlock's order
+  std::vector<float> scales;
 };
 
 struct Int8Calibration {
@@ -56,7 +58,7 @@ std::string Int8CalibrationToJson(const Int8Calibration& calibration);
 std::string WeightsFingerprint(const Model& model);
 
 // OK when `calibration` was made for `model`'s weights and has scales for each of its
-// sub-blocks and the decoder, one per GEMM input; FAILED_PRECONDITION saying which differs.
+// sub-blocks and the decoder, one per INT8 input; FAILED_PRECONDITION saying which differs.
 absl::Status CheckInt8Calibration(const Int8Calibration& calibration, const Model& model);
 
 }  // namespace jasper

@@ -28,7 +28,8 @@ struct TensorStats {
 struct LayerStats {
   int block = 0;
   int sub_block = 0;
-  std::vector<TensorStats> tensors;  // A_main, then each residual input
+  // A_main, each residual input, then (separable) the depthwise input
+  std::vector<TensorStats> tensors;
 };
 
 // Collects per-tensor statistics of every step's GEMM inputs (valid frames only).
@@ -52,6 +53,10 @@ class StatsObserver final : public CpuStepObserver {
     };
     const std::size_t c_in = static_cast<std::size_t>(d.in_channels);
     if (d.separable) {
+      for (int b = 0; b < g.batch; ++b) {
+        Observe(s.x + static_cast<std::size_t>(b) * g.in_time * c_in,
+                length(g.in_lengths, b, g.in_time) * c_in, &l.tensors.back());
+      }
       depthwise_.resize(static_cast<std::size_t>(g.batch) * g.out_time * c_in);
       kernels::DepthwiseReference(d, s.sub->depthwise.data(), s.x, g, depthwise_.data());
       for (int b = 0; b < g.batch; ++b) {
@@ -82,7 +87,7 @@ class StatsObserver final : public CpuStepObserver {
     LayerStats l;
     l.block = s.block;
     l.sub_block = s.sub_block;
-    l.tensors.resize(1 + s.sub->residual_channels.size());
+    l.tensors.resize(1 + s.sub->residual_channels.size() + (s.sub->desc.separable ? 1 : 0));
     layers_.push_back(std::move(l));
     return layers_.back();
   }

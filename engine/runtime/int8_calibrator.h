@@ -1,8 +1,9 @@
 // Int8Calibrator: measures a model's INT8 activation scales (engine/model/int8_calibration.h)
 // over some audio's features, then checks them.
 //
-// Every GEMM input of every sub-block (A_main: the depthwise output of a separable sub-block,
-// the input of a dense one; each residual branch's input) is one tensor with one scale. The
+// Every INT8 input of every sub-block (A_main: the depthwise output of a separable sub-block,
+// the input of a dense one; each residual branch's input; a separable sub-block's depthwise
+// input) is one tensor with one scale. The
 // model runs in FP32 on the CPU backend, one utterance at a time, with a CpuStepObserver that
 // sees each step's inputs (valid frames only): a first pass finds each tensor's max |a|; a
 // second fills a histogram of |a| (2048 bins over [0, max]); per tensor the clip value c (a bin

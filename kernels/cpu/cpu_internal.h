@@ -11,6 +11,7 @@
 #define JASPER_KERNELS_CPU_CPU_INTERNAL_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/cpu_features.h"
@@ -137,6 +138,19 @@ std::size_t GemmInt8ScratchFloats(const PackedSubBlock& p);
 // finite and positive. p->k_main, k_total, n_panels and residual_channels are already set.
 bool PackInt8Weights(const float* w_main, const ResidualInput* residuals, const float* a_scales,
                      PackedSubBlock* p);
+
+// The INT8 depthwise stage of a kInt8 separable sub-block (int8_depthwise.cc): input rows
+// [first, first + WindowRows(p.desc, frames)) of one utterance (xb, in_len valid rows; masked rows
+// read as zero), quantized with p.depthwise_in_scale, convolved with the packed INT8 depthwise
+// weights (vpdpbusd where the CPU has AVX-512 VNNI, else plain loops: the same bits), written
+// dequantized as out[frames, C_in] FP32. frames <= kTileRows; `scratch` holds
+// Int8DepthwiseScratchBytes(p.desc) bytes, 64-byte aligned.
+void DepthwiseInt8Tile(const PackedSubBlock& p, const float* xb, int in_len, Index first,
+                       int frames, std::uint8_t* scratch, float* out);
+std::size_t Int8DepthwiseScratchBytes(const SubBlockDesc& desc);
+// Packs the depthwise weights for kInt8 (the depthwise_* fields of sub_block.h) with the
+// depthwise input's activation scale (finite, > 0).
+void PackInt8Depthwise(const float* depthwise, float input_scale, PackedSubBlock* p);
 
 // Offsets in floats rounded up to whole cache lines.
 Index RoundToLine(Index floats);

@@ -29,6 +29,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/int8_quantize.h"
 #include "kernels/cpu/tile_gemm.h"
 #include "kernels/cpu_features.h"
 #include "kernels/sub_block.h"
@@ -43,14 +44,6 @@ constexpr int kRowsPad = (kTileRows + 31) / 32 * 32;
 
 using Int8 = std::int8_t;
 using Int32 = std::int32_t;
-
-// q = clamp(round_half_even(v * inv), -127, 127); NaN gives -127 (as the AVX-512 conversion).
-Int8 Quantize(float v, float inv) {
-  float s = v * inv;
-  if (!(s >= -127.0f)) s = -127.0f;
-  if (s > 127.0f) s = 127.0f;
-  return static_cast<Int8>(std::nearbyint(s));
-}
 
 // Workspace regions of the GEMM scratch: the gathered A chunk, the INT32 sums of the current
 // weight group, the FP32 accumulators.
@@ -151,8 +144,7 @@ struct PortableKernel {
   static void Gather(const Segment& seg, const SegmentGroups& g, int g0, int gc, int rows, Int8* a,
                      int ld, float inv) {
     GatherGroups(seg, g, g0, gc, rows, a, ld, [inv](const float* src, int n, Int8* dst) {
-      for (int c = 0; c < n; ++c) dst[c] = Quantize(src[c], inv);
-      return n;
+      return QuantizeRowPortable(src, n, dst, inv, /*to_unsigned=*/false);
     });
   }
   static void Block(const PackedSubBlock& p, const ChunkArgs& c) {
@@ -191,35 +183,6 @@ void GemmTileInt8Portable(const PackedSubBlock& p, const Segment* segments, int 
   __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
 #define JASPER_VNNI_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")))
-
-// The quantization of one run (Quantize, 16 at a time; the masked tail loads zeros, so the
-// extra elements written are 0, or 128 when `to_unsigned` adds 128 for vpdpbusd). Clamped in
-// FP32 before the conversion: vcvtps2dq turns anything beyond INT32 into INT32_MIN, and
-// vmaxps(NaN, -127) gives -127.
-JASPER_AVX512_TARGET int QuantizeRowAvx512(const float* src, int n, Int8* dst, float inv,
-                                           bool to_unsigned) {
-  const __m512 scale = _mm512_set1_ps(inv);
-  const __m512 lo = _mm512_set1_ps(-127.0f);
-  const __m512 hi = _mm512_set1_ps(127.0f);
-  const __m128i flip = _mm_set1_epi8(to_unsigned ? static_cast<char>(0x80) : 0);
-  // The merge-masked forms with every lane set: GCC 12 warns that the plain forms' internal
-  // undefined vectors "may be used uninitialized".
-  const __mmask16 all = 0xffff;
-  const __m512 zero_ps = _mm512_setzero_ps();
-  const __m512i zero_i = _mm512_setzero_si512();
-  const __m128i zero_b = _mm_setzero_si128();
-  int c = 0;
-  for (; c < n; c += 16) {
-    const __mmask16 m = c + 16 <= n ? all : static_cast<__mmask16>((1u << (n - c)) - 1u);
-    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + c), scale);
-    const __m512 clamped =
-        _mm512_mask_min_ps(zero_ps, all, _mm512_mask_max_ps(zero_ps, all, v, lo), hi);
-    const __m512i q = _mm512_mask_cvtps_epi32(zero_i, all, clamped);
-    const __m128i bytes = _mm_xor_si128(_mm512_mask_cvtepi32_epi8(zero_b, all, q), flip);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + c), bytes);
-  }
-  return c;
-}
 
 // AVX-512 VNNI without AMX-INT8 (e.g. Intel Ice Lake / Cascade Lake, AMD Zen 4): vpdpbusd on the
 // same packed B (its [k / 4][16][4] panels are vpdpbusd's operand layout), MR rows x 32 columns:
@@ -439,7 +402,7 @@ bool PackInt8Weights(const float* w_main, const ResidualInput* residuals, const 
       const float inv = 127.0f / max_abs;
       Int32 sum = 0;
       for (int i = 0; i < rows; ++i) {
-        const Int8 v = Quantize(src(i)[o], inv);
+        const Int8 v = QuantizeInt8(src(i)[o], inv);
         const int k = kp(i);
         const Index at =
             (static_cast<Index>(o / kNr) * p->k_pad + (k & ~3)) * kNr + (o % kNr) * 4 + (k & 3);

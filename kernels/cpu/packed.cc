@@ -22,6 +22,7 @@
 // (kernels/cpu_features.h). BF16 and INT8: the same driver hands the segments to bf16_gemm.cc's
 // or int8_gemm.cc's GEMM.
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -273,8 +274,12 @@ Layout LayoutFor(const PackedSubBlock& p) {
     l.block_stride = WindowRows(d, kTileRows) * kChannelBlock;
     l.dw_out = at;
     at = RoundToLine(at + tile * d.in_channels);
-    l.window = at;
-    at = RoundToLine(at + l.block_stride * ChannelBlocks(d.in_channels));
+    l.window = at;  // FP32: the channel-blocked window; INT8: the depthwise's byte scratch
+    Index window = l.block_stride * ChannelBlocks(d.in_channels);
+    if (p.precision == Precision::kInt8) {
+      window = FloatsFor(cpu_internal::Int8DepthwiseScratchBytes(d));
+    }
+    at = RoundToLine(at + window);
   } else if (IsPointwiseDense(d)) {
     l.zero_row = at;
     at = RoundToLine(at + d.in_channels);
@@ -334,14 +339,19 @@ PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& wei
   // Bias for an even number of panels: the AVX-512 and BF16 epilogues read 32 columns at once.
   p.bias.assign(static_cast<std::size_t>(p.n_panels + 1) / 2 * 2 * kNr, 0.0f);
   if (weights.bias != nullptr) std::copy(weights.bias, weights.bias + c_out, p.bias.begin());
+  if (precision == Precision::kInt8) {
+    p.valid = cpu_internal::PackInt8Weights(weights.weight, residuals, int8_input_scales, &p);
+    if (p.valid && desc.separable) {
+      const float dw_scale = int8_input_scales[1 + num_residuals];
+      p.valid = std::isfinite(dw_scale) && dw_scale > 0.0f;
+      if (p.valid) cpu_internal::PackInt8Depthwise(weights.depthwise, dw_scale, &p);
+    }
+    return p;
+  }
   if (desc.separable) {
     p.depthwise.assign(
         static_cast<std::size_t>(ChannelBlocks(c_in)) * desc.kernel_size * kChannelBlock, 0.0f);
     PackDepthwise(weights.depthwise, desc.kernel_size, c_in, p.depthwise.data());
-  }
-  if (precision == Precision::kInt8) {
-    p.valid = cpu_internal::PackInt8Weights(weights.weight, residuals, int8_input_scales, &p);
-    return p;
   }
   p.valid = true;
   if (precision == Precision::kBf16) {
@@ -423,7 +433,8 @@ void FusedSubBlockCpuPackedPart(const PackedSubBlock& p, const float* x,
 
   const bool separable = desc.separable;
   const bool pointwise = IsPointwiseDense(desc);
-  const cpu_internal::DepthwiseTileFn depthwise = separable ? DepthwiseTile() : nullptr;
+  const bool int8 = p.precision == Precision::kInt8;
+  const cpu_internal::DepthwiseTileFn depthwise = separable && !int8 ? DepthwiseTile() : nullptr;
   float* zero_row = nullptr;
   if (pointwise) {
     zero_row = ws + layout.zero_row;
@@ -467,10 +478,15 @@ void FusedSubBlockCpuPackedPart(const PackedSubBlock& p, const float* x,
       if (separable) {
         float* window = ws + layout.window;
         float* dw_out = ws + layout.dw_out + static_cast<Index>(tile_rows) * c_in;
-        StageRowsBlocked(xb, in_len, first, WindowRows(desc, frames), c_in, layout.block_stride,
-                         window);
-        depthwise(window, layout.block_stride, stride, desc.dilation, p.depthwise.data(),
-                  desc.kernel_size, c_in, frames, dw_out);
+        if (int8) {
+          cpu_internal::DepthwiseInt8Tile(p, xb, in_len, first, frames,
+                                          reinterpret_cast<std::uint8_t*>(window), dw_out);
+        } else {
+          StageRowsBlocked(xb, in_len, first, WindowRows(desc, frames), c_in, layout.block_stride,
+                           window);
+          depthwise(window, layout.block_stride, stride, desc.dilation, p.depthwise.data(),
+                    desc.kernel_size, c_in, frames, dw_out);
+        }
         for (int f = 0; f < frames; ++f)
           a_rows[tile_rows + f] = dw_out + static_cast<Index>(f) * c_in;
       } else if (pointwise) {
