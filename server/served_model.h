@@ -29,7 +29,7 @@ struct ServedModel {
   std::shared_ptr<const Model> model;
   std::shared_ptr<const NgramLm> lm;            // beam searches' LM; may be null
   std::string device_name;                      // "cpu" or "cuda:N" (the first replica's)
-  std::string precision;                        // GEMM operands: "fp32", "bf16" or "fp16"
+  std::string precision;                        // GEMM operands: "fp32", "bf16", "fp16" or "int8"
   int num_workers = 0;                          // backend replicas
   std::vector<const Backend*> backends;         // [num_workers], owned by the scheduler
   std::unique_ptr<SchedulerObserver> observer;  // may be null; see ownership above

@@ -216,6 +216,53 @@ TEST(Int8CalibrationLoadTest, FolderCalibrationIsCheckedAtLoad) {
   if (hardware) EXPECT_TRUE(CreateCpuBackend(*with_good, options).ok());
 }
 
+// INT8 results of an utterance do not depend on the batch around it: padded frames, other
+// utterances and the batch size change no bit of its outputs (masked frames are never read).
+TEST(Int8BackendTest, PaddingAndBatchDoNotChangeAnUtterance) {
+  if (!kernels::HasInt8Gemm()) GTEST_SKIP() << "no INT8 GEMM: " << kernels::DescribeCpuFeatures();
+  for (const ModelConfig& config :
+       {test_util::SeparableConfig(), test_util::DenseResidualConfig()}) {
+    auto model = BuildModel(config, 24);
+    ASSERT_NE(model, nullptr);
+    const int features = config.feat_in;
+    std::mt19937 rng(9);
+    Int8Calibrator calibrator(model);
+    ASSERT_TRUE(calibrator.AddUtterance(test_util::Random(rng, 300u * features, -1, 1), 300).ok());
+    absl::StatusOr<Int8Calibration> calibration = calibrator.Calibrate(3.0);
+    ASSERT_TRUE(calibration.ok()) << calibration.status();
+    BackendOptions options;
+    options.device = Device::kCpu;
+    options.cpu_precision = kernels::Precision::kInt8;
+    options.int8_calibration = std::make_shared<const Int8Calibration>(*calibration);
+    options.keep_log_probs = true;
+    absl::StatusOr<std::unique_ptr<Backend>> backend = CreateCpuBackend(model, options);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    const int frames = 211;
+    const std::vector<float> utterance =
+        test_util::Random(rng, static_cast<std::size_t>(frames) * features, -1, 1);
+    BackendOutput alone;
+    ASSERT_TRUE((*backend)->Run({utterance.data(), 1, frames, features, &frames}, &alone).ok());
+    // The same utterance second in a batch of 3, padded to 260 frames, garbage in the padding.
+    const int time = 260;
+    std::vector<float> batch = test_util::Random(rng, 3u * time * features, -50, 50);
+    std::copy(utterance.begin(), utterance.end(), batch.begin() + time * features);
+    const int lengths[] = {260, frames, 97};
+    BackendOutput in_batch;
+    ASSERT_TRUE((*backend)->Run({batch.data(), 3, time, features, lengths}, &in_batch).ok());
+    const int enc = alone.lengths[0];
+    ASSERT_EQ(in_batch.lengths[1], enc);
+    const std::size_t vocab = alone.vocab;
+    for (int t = 0; t < enc; ++t) {
+      ASSERT_EQ(alone.ids[t], in_batch.ids[in_batch.time + t]) << t;
+      for (std::size_t v = 0; v < vocab; ++v) {
+        ASSERT_EQ(alone.log_probs[t * vocab + v],
+                  in_batch.log_probs[(in_batch.time + t) * vocab + v])
+            << t << " " << v;
+      }
+    }
+  }
+}
+
 // Without an INT8 GEMM in hardware (simulated by capping the ISA level at AVX2), INT8 is
 // refused whatever the calibration; the reference mode ignores the precision.
 TEST(Int8BackendTest, RefusedWithoutHardwareInt8) {
