@@ -270,7 +270,7 @@ class FusedRunner {
     geometry_ = {batch, in_time, out_time_, in_lengths_.data(), out_lengths_.data()};
     workspace_.assign(kernels::FusedSubBlockWorkspaceFloats(desc) + 64, 0.0f);
     y_.assign(static_cast<std::size_t>(batch) * out_time_ * desc.out_channels, 0.0f);
-    const std::vector<float> int8_scales(1 + residuals_.size(), 0.05f);
+    const std::vector<float> int8_scales(2 + residuals_.size(), 0.05f);  // + depthwise input
     packed_ =
         kernels::PackSubBlock(desc, weights, residuals_.data(), static_cast<int>(residuals_.size()),
                               g_precision, int8_scales.data());
