@@ -10,8 +10,8 @@
 // over the valid frames (both are FP32; they differ only in summation order and FMA use), and
 // frames past out_lengths must be exactly 0. (Observed errors stay below 1% of this bound.)
 // The packed kernel runs on every path this CPU has (each ISA level of kernels/cpu_features.h in
-// turn, FP32, BF16 and INT8); BF16 is held to the bound of its operands' rounding (CheckBf16),
-// INT8 to the bound of its operands' quantization (kernels_int8_check.h, CheckInt8).
+// turn, FP32, BF16 and INT8); BF16 is held to the bound of its operands' rounding, INT8 to the
+// bound of its operands' quantization (kernels_int8_check.h), both through CheckBounded.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -221,57 +221,19 @@ std::vector<float> AbsReference(const Case& c, const SubBlockDesc& desc, const S
   return y;
 }
 
-// BF16 against the FP32 reference. BF16 keeps 8 significant bits (unit roundoff 2^-8), so each
-// product of rounded operands is within (2 * 2^-8 + 2^-16) |a||b| of the exact one, and per
-// element
-//   |bf16 - reference| <= 1.01 * 2^-7 * abs_ref + tol_fp32
-// must hold (abs_ref from AbsReference); and since rounding errors do not all share a sign,
-// the RMS error over the valid frames must stay within 1/64 of the reference's RMS (expected
-// about 1/300), which a dropped or misplaced K chunk would break. Masked frames are exactly
-// zero.
-void CheckBf16(const char* kernel, const std::vector<float>& y, const std::vector<float>& ref,
-               const std::vector<float>& abs_ref, const std::vector<int>& out_len, int batch,
-               int out_time, int c_out, double tol_fp32) {
-  SCOPED_TRACE(kernel);
-  double err2 = 0.0, ref2 = 0.0, max_err = 0.0;
-  int reported = 0;
-  for (int b = 0; b < batch; ++b) {
-    for (int t = 0; t < out_time; ++t) {
-      for (int o = 0; o < c_out; ++o) {
-        const std::size_t i = (static_cast<std::size_t>(b) * out_time + t) * c_out + o;
-        bool bad;
-        if (t >= out_len[b]) {
-          bad = !(ref[i] == 0.0f && y[i] == 0.0f);
-        } else {
-          const double err = std::fabs(double(y[i]) - double(ref[i]));
-          const double bound = 1.01 * std::ldexp(double(abs_ref[i]), -7) + tol_fp32;
-          bad = !std::isfinite(y[i]) || err > bound;
-          if (std::isfinite(y[i])) {
-            max_err = std::max(max_err, err);
-            err2 += err * err;
-            ref2 += double(ref[i]) * ref[i];
-          }
-          if (bad && reported < 5) {
-            ADD_FAILURE() << "b=" << b << " t=" << t << " o=" << o << ": " << y[i]
-                          << " vs reference " << ref[i] << " (bound " << bound << ")";
-          }
-        }
-        if (bad) ++reported;
-      }
-    }
-  }
-  EXPECT_EQ(reported, 0) << reported << " bad elements; max error " << max_err;
-  EXPECT_LE(std::sqrt(err2), std::sqrt(ref2) / 64 + tol_fp32)
-      << "RMS error too large for BF16 rounding";
-}
-
-// INT8 against the FP32 reference: per element within the quantization bound of
-// kernels_int8_check.h (+ tol_fp32 for the FP32 parts), and the RMS error over the valid frames
-// within 1/16 of the reference's RMS (expected under 1/100; a dropped K chunk or a wrong scale
-// breaks it). Masked frames are exactly zero.
-void CheckInt8(const char* kernel, const std::vector<float>& y, const std::vector<float>& ref,
-               const std::vector<float>& bound, const std::vector<int>& out_len, int batch,
-               int out_time, int c_out, double tol_fp32) {
+// A low-precision result against the FP32 reference: per valid element within limit[i], and
+// the RMS error over the valid frames within rms_fraction of the reference's RMS (+ tol_fp32),
+// which a dropped or misplaced K chunk or a wrong scale breaks; masked frames exactly zero.
+//
+// BF16 keeps 8 significant bits (unit roundoff 2^-8), so each product of rounded operands is
+// within (2 * 2^-8 + 2^-16) |a||b| of the exact one: limit = 1.01 * 2^-7 * abs_ref + tol_fp32
+// (abs_ref from AbsReference), RMS within 1/64 (expected about 1/300). INT8: limit = 1.01 x the
+// quantization bound of kernels_int8_check.h + tol_fp32, RMS within 1/16 (expected under
+// 1/100).
+void CheckBounded(const char* kernel, const std::vector<float>& y, const std::vector<float>& ref,
+                  const std::vector<double>& limit, double rms_fraction,
+                  const std::vector<int>& out_len, int batch, int out_time, int c_out,
+                  double tol_fp32) {
   SCOPED_TRACE(kernel);
   double max_err = 0.0, err2 = 0.0, ref2 = 0.0;
   int reported = 0;
@@ -284,8 +246,7 @@ void CheckInt8(const char* kernel, const std::vector<float>& y, const std::vecto
           bad = !(ref[i] == 0.0f && y[i] == 0.0f);
         } else {
           const double err = std::fabs(double(y[i]) - double(ref[i]));
-          const double limit = 1.01 * double(bound[i]) + tol_fp32;
-          bad = !std::isfinite(y[i]) || err > limit;
+          bad = !std::isfinite(y[i]) || err > limit[i];
           if (std::isfinite(y[i])) {
             max_err = std::max(max_err, err);
             err2 += err * err;
@@ -293,7 +254,7 @@ void CheckInt8(const char* kernel, const std::vector<float>& y, const std::vecto
           }
           if (bad && reported < 5) {
             ADD_FAILURE() << "b=" << b << " t=" << t << " o=" << o << ": " << y[i]
-                          << " vs reference " << ref[i] << " (bound " << limit << ")";
+                          << " vs reference " << ref[i] << " (bound " << limit[i] << ")";
           }
         }
         if (bad) ++reported;
@@ -301,7 +262,7 @@ void CheckInt8(const char* kernel, const std::vector<float>& y, const std::vecto
     }
   }
   EXPECT_EQ(reported, 0) << reported << " bad elements; max error " << max_err;
-  EXPECT_LE(std::sqrt(err2), std::sqrt(ref2) / 16 + tol_fp32) << "RMS error too large for INT8";
+  EXPECT_LE(std::sqrt(err2), rms_fraction * std::sqrt(ref2) + tol_fp32) << "RMS error too large";
 }
 
 void RunCase(const Case& c) {
@@ -408,17 +369,24 @@ void RunCase(const Case& c) {
                      workspace.data(), y_fast.data());
     check("FusedSubBlockCpu", y_fast);
   }
-  // Fused on packed weights, on every path this CPU has (each ISA level in turn, FP32 and BF16).
-  std::vector<float> y_abs;     // BF16's error bound (see the file comment)
+  // Fused on packed weights, on every path this CPU has (each ISA level in turn, FP32, BF16 and
+  // INT8).
+  std::vector<double> bf16_limit;  // per element (CheckBounded)
+  std::vector<double> int8_limit;
   int8_check::Int8Oracle int8;  // INT8's scales and error bound
   for (const Variant& v : Variants()) {
     SCOPED_TRACE(testing::Message() << "path " << v.Name());
     const ScopedIsa isa(v.isa);
     const bool bf16 = v.precision == Precision::kBf16;
     const bool is_int8 = v.precision == Precision::kInt8;
-    if (bf16 && y_abs.empty()) y_abs = AbsReference(c, desc, w, x, g, res_x, res_w);
+    if (bf16 && bf16_limit.empty()) {
+      for (float a : AbsReference(c, desc, w, x, g, res_x, res_w)) {
+        bf16_limit.push_back(1.01 * std::ldexp(double(a), -7) + tol);
+      }
+    }
     if (is_int8 && int8.scales.empty()) {
       int8 = int8_check::MakeInt8Oracle(desc, w, x.data(), g, residuals);
+      for (float bound : int8.bound) int8_limit.push_back(1.01 * double(bound) + tol);
     }
     const PackedSubBlock packed =
         PackSubBlock(desc, w, residuals.data(), static_cast<int>(residuals.size()), v.precision,
@@ -428,9 +396,11 @@ void RunCase(const Case& c) {
     for (const auto& r : res_x) res_ptrs.push_back(r.data());
     auto check_path = [&](const char* kernel, const std::vector<float>& y_fast) {
       if (bf16) {
-        CheckBf16(kernel, y_fast, y_ref, y_abs, out_len, c.batch, out_time, c_out, tol);
+        CheckBounded(kernel, y_fast, y_ref, bf16_limit, 1.0 / 64, out_len, c.batch, out_time, c_out,
+                     tol);
       } else if (is_int8) {
-        CheckInt8(kernel, y_fast, y_ref, int8.bound, out_len, c.batch, out_time, c_out, tol);
+        CheckBounded(kernel, y_fast, y_ref, int8_limit, 1.0 / 16, out_len, c.batch, out_time, c_out,
+                     tol);
       } else {
         check(kernel, y_fast);
       }

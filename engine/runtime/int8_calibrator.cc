@@ -180,13 +180,17 @@ absl::StatusOr<Int8Calibration> Int8Calibrator::Calibrate(double audio_seconds) 
   auto ignore = [](std::size_t, const BackendOutput&) {};
 
   StatsObserver observer;
+  // The FP32 greedy tokens for the check, kept from the second pass (the observer only reads).
+  std::vector<std::vector<int>> reference(utterances_.size());
   {
     BackendOptions observed = options;
     observed.cpu_step_observer = &observer;
     JASPER_ASSIGN_OR_RETURN(std::unique_ptr<Backend> fp32, CreateCpuBackend(model_, observed));
     JASPER_RETURN_IF_ERROR(run_all(*fp32, ignore));
     observer.set_histogram_pass(true);
-    JASPER_RETURN_IF_ERROR(run_all(*fp32, ignore));
+    JASPER_RETURN_IF_ERROR(run_all(*fp32, [&](std::size_t u, const BackendOutput& out) {
+      reference[u].assign(out.ids.begin(), out.ids.begin() + out.lengths[0]);
+    }));
   }
   Int8Calibration calibration;
   calibration.weights_fingerprint = WeightsFingerprint(*model_);
@@ -205,13 +209,6 @@ absl::StatusOr<Int8Calibration> Int8Calibrator::Calibrate(double audio_seconds) 
   if (!kernels::HasInt8Gemm()) return calibration;
 
   // The check: greedy tokens of INT8 against FP32 on the same utterances.
-  std::vector<std::vector<int>> reference(utterances_.size());
-  {
-    JASPER_ASSIGN_OR_RETURN(std::unique_ptr<Backend> fp32, CreateCpuBackend(model_, options));
-    JASPER_RETURN_IF_ERROR(run_all(*fp32, [&](std::size_t u, const BackendOutput& out) {
-      reference[u].assign(out.ids.begin(), out.ids.begin() + out.lengths[0]);
-    }));
-  }
   BackendOptions int8_options = options;
   int8_options.cpu_precision = kernels::Precision::kInt8;
   int8_options.int8_calibration = std::make_shared<const Int8Calibration>(calibration);

@@ -168,11 +168,6 @@ void GemmTileBf16Portable(const PackedSubBlock& p, const Segment* segments, int 
 }
 
 #if JASPER_X86_DISPATCH
-#define JASPER_AMX_TARGET                                                            \
-  __attribute__((                                                                    \
-      target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2," \
-             "fma")))
-
 #define JASPER_AVX512BF16_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")))
 
@@ -272,6 +267,19 @@ void GemmTileBf16Avx512(const PackedSubBlock& p, const Segment* segments, int nu
   GemmTileBf16Impl<Avx512Bf16Kernel>(p, segments, num_segments, rows, c_rows, scratch);
 }
 
+// AmxChunk's tile products: FP32 accumulators += BF16 pairs.
+struct AmxBf16Dot {
+  static JASPER_AMX_TARGET void Two() {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+  }
+  static JASPER_AMX_TARGET void Four() {
+    Two();
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+};
+
 struct AmxKernel {
   static JASPER_AMX_TARGET void Begin() { LoadTileConfig(); }
   static JASPER_AMX_TARGET void End() { _tile_release(); }
@@ -282,68 +290,8 @@ struct AmxKernel {
   }
 
   static JASPER_AMX_TARGET void Block(const PackedSubBlock& p, const ChunkArgs& c) {
-    // The tile loads read memory through asm operands the compiler cannot see: make the
-    // gathered A visible in memory first.
-    __asm__ volatile("" ::: "memory");
-    const int acc_cols = AccCols(p);
-    const Index acc_stride = static_cast<Index>(acc_cols) * sizeof(float);
-    const Index a_stride = static_cast<Index>(c.ld) * sizeof(Bf16);
-    const Index b_stride = kNr * 2 * sizeof(Bf16);  // one K pair of 16 columns: 64 bytes
-    const int rows_pad = RoundUpTo(c.rows, 16);
-    for (int n0 = 0; n0 < acc_cols; n0 += 2 * kNr) {
-      const Bf16* b0 = p.b_bf16.data() + (static_cast<Index>(n0 / kNr) * p.k_pad + c.kp0) * kNr;
-      const Bf16* b1 = b0 + static_cast<Index>(p.k_pad) * kNr;
-      for (int m0 = 0; m0 < rows_pad; m0 += 32) {
-        float* acc = c.acc + static_cast<Index>(m0) * acc_cols + n0;
-        const Bf16* a0 = c.a + static_cast<Index>(m0) * c.ld;
-        if (m0 + 16 == rows_pad) {  // a last block of 16 rows: one A tile, two accumulators
-          if (c.first) {
-            _tile_zero(0);
-            _tile_zero(1);
-          } else {
-            _tile_loadd(0, acc, acc_stride);
-            _tile_loadd(1, acc + kNr, acc_stride);
-          }
-          for (int k = 0; k < c.cols; k += kKGroup) {
-            _tile_loadd(4, a0 + k, a_stride);
-            _tile_loadd(6, b0 + static_cast<Index>(k) * kNr, b_stride);
-            _tile_loadd(7, b1 + static_cast<Index>(k) * kNr, b_stride);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_dpbf16ps(1, 4, 7);
-          }
-          _tile_stored(0, acc, acc_stride);
-          _tile_stored(1, acc + kNr, acc_stride);
-          continue;
-        }
-        float* acc_lo = acc + static_cast<Index>(16) * acc_cols;
-        if (c.first) {
-          _tile_zero(0);
-          _tile_zero(1);
-          _tile_zero(2);
-          _tile_zero(3);
-        } else {
-          _tile_loadd(0, acc, acc_stride);
-          _tile_loadd(1, acc + kNr, acc_stride);
-          _tile_loadd(2, acc_lo, acc_stride);
-          _tile_loadd(3, acc_lo + kNr, acc_stride);
-        }
-        const Bf16* a1 = a0 + static_cast<Index>(16) * c.ld;
-        for (int k = 0; k < c.cols; k += kKGroup) {
-          _tile_loadd(4, a0 + k, a_stride);
-          _tile_loadd(5, a1 + k, a_stride);
-          _tile_loadd(6, b0 + static_cast<Index>(k) * kNr, b_stride);
-          _tile_loadd(7, b1 + static_cast<Index>(k) * kNr, b_stride);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
-        }
-        _tile_stored(0, acc, acc_stride);
-        _tile_stored(1, acc + kNr, acc_stride);
-        _tile_stored(2, acc_lo, acc_stride);
-        _tile_stored(3, acc_lo + kNr, acc_stride);
-      }
-    }
+    AmxChunk<AmxBf16Dot>(c.a, c.ld, c.cols, p.b_bf16.data() + static_cast<Index>(c.kp0) * kNr,
+                         static_cast<Index>(p.k_pad) * kNr, c.first, c.rows, c.acc, AccCols(p));
   }
 
   static JASPER_AMX_TARGET void Epilogue(const PackedSubBlock& p, const float* acc, int rows,

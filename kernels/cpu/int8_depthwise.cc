@@ -239,7 +239,7 @@ void DepthwiseInt8Tile(const PackedSubBlock& p, const float* xb, int in_len, Ind
   const int blocks = Blocks(channels);
   const int quads = Quads(d.kernel_size);
   const Index window = WindowRows(d, frames);
-  const bool vnni = UseVnni();
+  [[maybe_unused]] const bool vnni = UseVnni();  // read only by x86 builds
   const Scratch s = ScratchOf(d, scratch);
   QuantizeRowFn quantize = QuantizeRowPortable;
 #if JASPER_X86_DISPATCH
@@ -268,7 +268,6 @@ void DepthwiseInt8Tile(const PackedSubBlock& p, const float* xb, int in_len, Ind
 #endif
     BlockPortable(a, frames);
   }
-  (void)vnni;
 }
 
 }  // namespace jasper::kernels::cpu_internal

@@ -179,8 +179,6 @@ void GemmTileInt8Portable(const PackedSubBlock& p, const Segment* segments, int 
 }
 
 #if JASPER_X86_DISPATCH
-#define JASPER_AMX_INT8_TARGET \
-  __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
 #define JASPER_VNNI_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")))
 
@@ -261,86 +259,37 @@ void GemmTileInt8Vnni(const PackedSubBlock& p, const Segment* segments, int num_
   GemmTileInt8Impl<VnniKernel>(p, segments, num_segments, rows, c_rows, scratch);
 }
 
-struct AmxInt8Kernel {
-  static JASPER_AMX_INT8_TARGET void Begin() { LoadTileConfig(); }
-  static JASPER_AMX_INT8_TARGET void End() { _tile_release(); }
+// AmxChunk's tile products: INT32 accumulators += signed byte quads.
+struct AmxInt8Dot {
+  static JASPER_AMX_TARGET void Two() {
+    _tile_dpbssd(0, 4, 6);
+    _tile_dpbssd(1, 4, 7);
+  }
+  static JASPER_AMX_TARGET void Four() {
+    Two();
+    _tile_dpbssd(2, 5, 6);
+    _tile_dpbssd(3, 5, 7);
+  }
+};
 
-  static JASPER_AMX_INT8_TARGET void Gather(const Segment& seg, const SegmentGroups& g, int g0,
-                                            int gc, int rows, Int8* a, int ld, float inv) {
+struct AmxInt8Kernel {
+  static JASPER_AMX_TARGET void Begin() { LoadTileConfig(); }
+  static JASPER_AMX_TARGET void End() { _tile_release(); }
+
+  static JASPER_AMX_TARGET void Gather(const Segment& seg, const SegmentGroups& g, int g0, int gc,
+                                       int rows, Int8* a, int ld, float inv) {
     GatherGroups(seg, g, g0, gc, rows, a, ld, [inv](const float* src, int n, Int8* dst) {
       return QuantizeRowAvx512(src, n, dst, inv, /*to_unsigned=*/false);
     });
   }
 
-  static JASPER_AMX_INT8_TARGET void Block(const PackedSubBlock& p, const ChunkArgs& c) {
-    // The tile loads read memory through asm operands the compiler cannot see: make the
-    // gathered A (and the INT32 sums of earlier chunks) visible in memory first.
-    __asm__ volatile("" ::: "memory");
-    const int acc_cols = AccCols(p);
-    const Index acc_stride = static_cast<Index>(acc_cols) * sizeof(Int32);
-    const Index a_stride = c.ld;
-    const Index b_stride = kNr * 4;  // one K quad of 16 columns: 64 bytes
-    const int rows_pad = RoundUpTo(c.rows, 16);
-    for (int n0 = 0; n0 < acc_cols; n0 += 2 * kNr) {
-      const Int8* b0 = p.b_int8.data() + (static_cast<Index>(n0 / kNr) * p.k_pad + c.kp0) * kNr;
-      const Int8* b1 = b0 + static_cast<Index>(p.k_pad) * kNr;
-      for (int m0 = 0; m0 < rows_pad; m0 += 32) {
-        Int32* acc = c.acc + static_cast<Index>(m0) * acc_cols + n0;
-        const Int8* a0 = c.a + static_cast<Index>(m0) * c.ld;
-        if (m0 + 16 == rows_pad) {  // a last block of 16 rows: one A tile, two accumulators
-          if (c.first) {
-            _tile_zero(0);
-            _tile_zero(1);
-          } else {
-            _tile_loadd(0, acc, acc_stride);
-            _tile_loadd(1, acc + kNr, acc_stride);
-          }
-          for (int k = 0; k < c.cols; k += kKGroup) {
-            _tile_loadd(4, a0 + k, a_stride);
-            _tile_loadd(6, b0 + static_cast<Index>(k) * kNr, b_stride);
-            _tile_loadd(7, b1 + static_cast<Index>(k) * kNr, b_stride);
-            _tile_dpbssd(0, 4, 6);
-            _tile_dpbssd(1, 4, 7);
-          }
-          _tile_stored(0, acc, acc_stride);
-          _tile_stored(1, acc + kNr, acc_stride);
-          continue;
-        }
-        Int32* acc_lo = acc + static_cast<Index>(16) * acc_cols;
-        if (c.first) {
-          _tile_zero(0);
-          _tile_zero(1);
-          _tile_zero(2);
-          _tile_zero(3);
-        } else {
-          _tile_loadd(0, acc, acc_stride);
-          _tile_loadd(1, acc + kNr, acc_stride);
-          _tile_loadd(2, acc_lo, acc_stride);
-          _tile_loadd(3, acc_lo + kNr, acc_stride);
-        }
-        const Int8* a1 = a0 + static_cast<Index>(16) * c.ld;
-        for (int k = 0; k < c.cols; k += kKGroup) {
-          _tile_loadd(4, a0 + k, a_stride);
-          _tile_loadd(5, a1 + k, a_stride);
-          _tile_loadd(6, b0 + static_cast<Index>(k) * kNr, b_stride);
-          _tile_loadd(7, b1 + static_cast<Index>(k) * kNr, b_stride);
-          _tile_dpbssd(0, 4, 6);
-          _tile_dpbssd(1, 4, 7);
-          _tile_dpbssd(2, 5, 6);
-          _tile_dpbssd(3, 5, 7);
-        }
-        _tile_stored(0, acc, acc_stride);
-        _tile_stored(1, acc + kNr, acc_stride);
-        _tile_stored(2, acc_lo, acc_stride);
-        _tile_stored(3, acc_lo + kNr, acc_stride);
-      }
-    }
-    // The INT32 sums were written by tile stores the compiler cannot see either.
-    __asm__ volatile("" ::: "memory");
+  static JASPER_AMX_TARGET void Block(const PackedSubBlock& p, const ChunkArgs& c) {
+    AmxChunk<AmxInt8Dot>(c.a, c.ld, c.cols, p.b_int8.data() + static_cast<Index>(c.kp0) * kNr,
+                         static_cast<Index>(p.k_pad) * kNr, c.first, c.rows, c.acc, AccCols(p));
   }
 
-  static JASPER_AMX_INT8_TARGET void Dequant(const PackedSubBlock& p, int group, const Int32* acc_i,
-                                             int rows, bool first, float* acc_f) {
+  static JASPER_AMX_TARGET void Dequant(const PackedSubBlock& p, int group, const Int32* acc_i,
+                                        int rows, bool first, float* acc_f) {
     DequantRows<false>(p, group, acc_i, rows, first, acc_f);
   }
 };

@@ -18,6 +18,10 @@
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/sub_block.h"
 
+#if JASPER_X86_DISPATCH
+#include <immintrin.h>
+#endif
+
 namespace jasper::kernels::cpu_internal {
 
 constexpr int kTilePanel = 16;  // columns per B panel (one AMX tile's 16 columns)
@@ -120,6 +124,84 @@ struct alignas(64) TileConfig {
 };
 
 #if JASPER_X86_DISPATCH
+// The target of every AMX kernel (BF16 and INT8 alike, so that AmxChunk inlines into both).
+#define JASPER_AMX_TARGET                                                     \
+  __attribute__((                                                             \
+      target("amx-tile,amx-bf16,amx-int8,avx512f,avx512bw,avx512vl,avx512dq," \
+             "avx512bf16,avx512vnni,avx2,fma")))
+
+// One chunk of a low-precision GEMM on AMX, the loop both GEMMs run: acc (+)= A x B for every
+// 32 x 32 block of the output: tiles 0-3 hold the 2 x 2 16 x 16 accumulators (zeroed when
+// `first`, else loaded from and stored back to acc), tiles 4-5 two 16-row A slices of 64 bytes
+// of K, tiles 6-7 two 16-column B panels; a last block of 16 rows uses one A slice and two
+// accumulators. Rows past `rows` up to the next multiple of 16 are computed from whatever the
+// buffer holds (stored into acc's padding rows, never to an output). `Dot` issues the tile
+// products: Dot::Two() = tiles 0, 1 += 4 x 6, 4 x 7; Dot::Four() adds tiles 2, 3 += 5 x 6, 5 x 7
+// (tdpbf16ps or tdpbssd; the intrinsics take tile numbers as literals). T: the operands' element
+// type (64 bytes of K = kKStep elements); Acc: the accumulators' (float or int32).
+//   a     [rows rounded to 16][ld] (ld = cols)
+//   b     the first column panel's row kp0 in the packed B ([panel][k_pad K][16] in T's
+//         interleave: 64 bytes per K step of one panel), panel_stride elements between panels
+//   acc   [rows rounded to 32][acc_cols]
+template <typename Dot, typename T, typename Acc>
+JASPER_AMX_TARGET JASPER_ALWAYS_INLINE void AmxChunk(const T* a, int ld, int cols, const T* b,
+                                                     Index panel_stride, bool first, int rows,
+                                                     Acc* acc_base, int acc_cols) {
+  constexpr int kKStep = 64 / sizeof(T);
+  // The tile loads read memory through asm operands the compiler cannot see: make the gathered
+  // A (and the sums of earlier chunks) visible in memory first.
+  __asm__ volatile("" ::: "memory");
+  const Index acc_stride = static_cast<Index>(acc_cols) * sizeof(Acc);
+  const Index a_stride = static_cast<Index>(ld) * sizeof(T);
+  const Index b_stride = 64;
+  const int rows_pad = RoundUpTo(rows, 16);
+  for (int n0 = 0; n0 < acc_cols; n0 += 2 * kTilePanel) {
+    const T* b0 = b + static_cast<Index>(n0 / kTilePanel) * panel_stride;
+    const T* b1 = b0 + panel_stride;
+    for (int m0 = 0; m0 < rows_pad; m0 += 32) {
+      Acc* acc = acc_base + static_cast<Index>(m0) * acc_cols + n0;
+      const T* a0 = a + static_cast<Index>(m0) * ld;
+      const bool half = m0 + 16 == rows_pad;  // a last block of 16 rows
+      Acc* acc_lo = acc + static_cast<Index>(16) * acc_cols;
+      if (first) {
+        _tile_zero(0);
+        _tile_zero(1);
+        if (!half) {
+          _tile_zero(2);
+          _tile_zero(3);
+        }
+      } else {
+        _tile_loadd(0, acc, acc_stride);
+        _tile_loadd(1, acc + kTilePanel, acc_stride);
+        if (!half) {
+          _tile_loadd(2, acc_lo, acc_stride);
+          _tile_loadd(3, acc_lo + kTilePanel, acc_stride);
+        }
+      }
+      const T* a1 = a0 + static_cast<Index>(16) * ld;
+      for (int k = 0; k < cols; k += kKStep) {
+        _tile_loadd(4, a0 + k, a_stride);
+        _tile_loadd(6, b0 + static_cast<Index>(k) * kTilePanel, b_stride);
+        _tile_loadd(7, b1 + static_cast<Index>(k) * kTilePanel, b_stride);
+        if (half) {
+          Dot::Two();
+        } else {
+          _tile_loadd(5, a1 + k, a_stride);
+          Dot::Four();
+        }
+      }
+      _tile_stored(0, acc, acc_stride);
+      _tile_stored(1, acc + kTilePanel, acc_stride);
+      if (!half) {
+        _tile_stored(2, acc_lo, acc_stride);
+        _tile_stored(3, acc_lo + kTilePanel, acc_stride);
+      }
+    }
+  }
+  // The sums were written by tile stores the compiler cannot see either.
+  __asm__ volatile("" ::: "memory");
+}
+
 // Loads the configuration above. Not _tile_loadconfig: GCC 12's version passes only the first 8
 // bytes as the asm's memory operand, so the compiler may drop the stores of the rest of it.
 __attribute__((target("amx-tile"))) inline void LoadTileConfig() {
