@@ -615,6 +615,11 @@ TEST(CudaPackTest, RejectsBadInput) {
                            channels.data(), 2, Precision::kFp16, &packed, &error))
       << error;
   EXPECT_EQ(packed.bias, std::vector<float>(packed.n_padded, 0.0f));
+  // INT8 is a CPU precision only: the CUDA packer refuses it, saying so.
+  error.clear();
+  EXPECT_FALSE(PackSubBlock(d, SubBlockWeights{w.data(), w.data(), nullptr}, nullptr, nullptr, 0,
+                            Precision::kInt8, &packed, &error));
+  EXPECT_NE(error.find("INT8"), std::string::npos) << error;
 }
 
 }  // namespace
