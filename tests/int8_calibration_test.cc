@@ -213,7 +213,9 @@ TEST(Int8CalibrationLoadTest, FolderCalibrationIsCheckedAtLoad) {
   ASSERT_TRUE(with_good.ok()) << with_good.status();
   ASSERT_NE((*with_good)->int8_calibration(), nullptr) << (*with_good)->int8_calibration_status();
   EXPECT_TRUE((*with_good)->int8_calibration_status().ok());
-  if (hardware) EXPECT_TRUE(CreateCpuBackend(*with_good, options).ok());
+  if (hardware) {
+    EXPECT_TRUE(CreateCpuBackend(*with_good, options).ok());
+  }
 }
 
 // INT8 results of an utterance do not depend on the batch around it: padded frames, other

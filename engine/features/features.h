@@ -22,7 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/features/fft.h"
-#include "engine/model/model_config.h"
+#include "engine/features/featurizer_config.h"
 
 namespace jasper {
 

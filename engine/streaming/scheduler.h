@@ -47,6 +47,7 @@
 #include "engine/features/features.h"
 #include "engine/runtime/backend.h"
 #include "engine/streaming/clock.h"
+#include "engine/streaming/window_result.h"
 
 namespace jasper {
 
@@ -62,19 +63,6 @@ struct SchedulerOptions {
 
   // INVALID_ARGUMENT naming the field.
   absl::Status Validate() const;
-};
-
-struct WindowResult {
-  std::vector<int> ids;               // [encoder_frames] argmax token ids
-  std::vector<float> best_log_probs;  // [encoder_frames] log-probability of the argmax
-  int encoder_frames = 0;             // valid encoder frames of this request
-  // [encoder_frames, vocab] natural-log probabilities of every label, when the backend keeps
-  // them (BackendOptions::keep_log_probs; beam search reads them); empty otherwise.
-  std::vector<float> log_probs;
-  int vocab = 0;
-  double queue_ms = 0;    // Submit() -> batch start
-  double compute_ms = 0;  // backend time of the whole batch
-  int batch_size = 0;     // requests in the batch this one ran in
 };
 
 struct WindowRequest {

@@ -20,7 +20,7 @@
 #include "engine/model/model.h"
 #include "engine/streaming/ctc.h"
 #include "engine/streaming/ctc_beam.h"
-#include "engine/streaming/scheduler.h"
+#include "engine/streaming/window_result.h"
 #include "engine/streaming/windower.h"
 
 namespace jasper {

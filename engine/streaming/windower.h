@@ -22,7 +22,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engine/model/model.h"
-#include "engine/streaming/scheduler.h"
+#include "engine/streaming/window_result.h"
 
 namespace jasper {
 
