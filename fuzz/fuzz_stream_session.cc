@@ -24,8 +24,8 @@
 #include "engine/model/model.h"
 #include "engine/runtime/backend.h"
 #include "engine/streaming/scheduler.h"
-#include "engine/streaming/serial_executor.h"
 #include "engine/streaming/stream_session.h"
+#include "engine/streaming/task_pool.h"
 #include "fuzz/fuzz_input.h"
 
 #ifndef JASPER_SOURCE_DIR
@@ -171,12 +171,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   format.encoding = in.Pick(kEncodings);
   format.sample_rate_hz = in.Pick(kRates);
 
-  // Declared before the scheduler: its workers post to it until they are joined.
-  auto delivery = std::make_unique<jasper::SerialExecutor>();
+  // Declared before the scheduler: its workers post to them until they are joined.
+  auto delivery = std::make_unique<jasper::TaskPool>(1);
+  auto frontend = std::make_unique<jasper::TaskPool>(1);
   std::unique_ptr<jasper::Scheduler> scheduler = MakeScheduler(*model);
   auto recorder = std::make_shared<Recorder>();
-  absl::StatusOr<std::unique_ptr<jasper::StreamSession>> created = jasper::StreamSession::Create(
-      model, scheduler.get(), delivery.get(), options, format, recorder->Make(recorder));
+  absl::StatusOr<std::unique_ptr<jasper::StreamSession>> created =
+      jasper::StreamSession::Create(model, scheduler.get(), frontend.get(), delivery.get(), options,
+                                    format, recorder->Make(recorder));
   static const bool verbose = std::getenv("JASPER_FUZZ_VERBOSE") != nullptr;
   if (verbose) std::fprintf(stderr, "create: %s\n", created.status().ToString().c_str());
   if (!created.ok()) return 0;
@@ -227,6 +229,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Joins the workers, then runs every callback already posted and joins the delivery
   // thread: all of this input's callbacks have run after this.
   scheduler.reset();
+  frontend.reset();
   delivery.reset();
   std::lock_guard<std::mutex> lock(recorder->mu);
   if (verbose) std::fprintf(stderr, "finals %d done %d\n", recorder->finals, recorder->done);

@@ -2,9 +2,11 @@
 // call object that gRPC may delete at any time. Callbacks hold a shared_ptr<CallLink<T>>; the
 // call detaches itself in OnDone before it is deleted, after which every With() is a no-op.
 //
-// Ownership: does not own the target. Thread-safety: thread-safe. With() runs `fn` under the
-// link's lock, so Detach() waits for a running With() to return; `fn` must not block and must
-// not call Detach().
+// Ownership: does not own the target. Thread-safety: thread-safe. With() runs `fn` without the
+// link's lock held (only a count of running callbacks is kept under it), so callbacks of one
+// call never wait for each other here (they meet only on the call's own mutex) and a callback
+// never holds a lock another call needs; Detach() waits for running With()s to return. `fn`
+// must not block and must not call Detach().
 #ifndef JASPER_SERVER_CALL_LINK_H_
 #define JASPER_SERVER_CALL_LINK_H_
 
@@ -27,18 +29,30 @@ class CallLink {
   // Calls fn(T*) unless detached.
   template <typename F>
   void With(F&& fn) ABSL_LOCKS_EXCLUDED(mu_) {
+    T* target = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (target_ == nullptr) return;
+      target = target_;
+      ++running_;
+    }
+    fn(target);
     absl::MutexLock lock(&mu_);
-    if (target_ != nullptr) fn(target_);
+    --running_;
   }
 
+  // No With() starts a callback after this; returns once the running ones have returned.
   void Detach() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     target_ = nullptr;
+    const auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_ == 0; };
+    mu_.Await(absl::Condition(&idle));
   }
 
  private:
   absl::Mutex mu_;
   T* target_ ABSL_GUARDED_BY(mu_);
+  int running_ ABSL_GUARDED_BY(mu_) = 0;  // callbacks inside With() now
 };
 
 // The session callbacks of a call core T (offline or streaming): each reaches T's

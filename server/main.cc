@@ -56,6 +56,11 @@ ABSL_FLAG(int, num_workers, kDefaults.num_workers,
 ABSL_FLAG(int, cpu_threads, kDefaults.cpu_threads,
           "Intra-op threads per CPU replica (each sub-block split among them; ignored by CUDA). "
           "[1, 256]");
+ABSL_FLAG(int, frontend_threads, kDefaults.frontend_threads,
+          "Threads for the calls' audio work (decoding, resampling, featurizing), apart from "
+          "result delivery; 0: half the cores, clamped to [2, 8]. [0, 64]");
+ABSL_FLAG(int, delivery_threads, kDefaults.delivery_threads,
+          "Threads delivering results to the calls (one strand per call); 0: 2. [0, 64]");
 ABSL_FLAG(bool, warmup, kDefaults.warmup, "Run a forward pass before serving.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
 
@@ -174,6 +179,8 @@ int main(int argc, char** argv) {
   options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   options.num_workers = absl::GetFlag(FLAGS_num_workers);
   options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  options.frontend_threads = absl::GetFlag(FLAGS_frontend_threads);
+  options.delivery_threads = absl::GetFlag(FLAGS_delivery_threads);
   options.warmup = absl::GetFlag(FLAGS_warmup);
   options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);

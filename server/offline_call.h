@@ -1,8 +1,9 @@
 // OfflineCall<Adapter>: the one Recognize (unary) reactor behind both APIs. The whole audio
 // arrives in the request; it is pushed into a session in pieces as the session has room (from
-// on_space_available, so nothing waits), then Finish()ed; every final result becomes one
-// result of the response. Long audio therefore runs through the same windows, batching and
-// endpointing as streams do.
+// on_space_available, so nothing waits; a push only copies the piece: decoding and featurizing
+// run on the session's front-end strand, never on the delivery strand), then Finish()ed; every
+// final result becomes one result of the response. Long audio therefore runs through the same
+// windows, batching and endpointing as streams do.
 //
 //   struct Adapter {
 //     using Request = ...;  using Response = ...;

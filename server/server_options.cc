@@ -45,6 +45,8 @@ absl::Status ServerOptions::Validate() const {
   }
   JASPER_RETURN_IF_ERROR(CheckRange("num_workers", num_workers, 0, 64));
   JASPER_RETURN_IF_ERROR(CheckRange("cpu_threads", cpu_threads, 1, 256));
+  JASPER_RETURN_IF_ERROR(CheckRange("frontend_threads", frontend_threads, 0, 64));
+  JASPER_RETURN_IF_ERROR(CheckRange("delivery_threads", delivery_threads, 0, 64));
   JASPER_RETURN_IF_ERROR(CheckRange("max_concurrent_streams", max_concurrent_streams, 1, 100000));
   JASPER_RETURN_IF_ERROR(CheckRange("max_message_bytes", max_message_bytes, 4096, 1 << 30));
   JASPER_RETURN_IF_ERROR(
@@ -89,6 +91,11 @@ int ServerOptions::ResolvedNumWorkers(bool cpu_backend, unsigned cores) const {
   return static_cast<int>(std::clamp<unsigned>(cores, 1, 64));
 }
 
+int ServerOptions::ResolvedFrontendThreads(unsigned cores) const {
+  if (frontend_threads > 0) return frontend_threads;
+  return static_cast<int>(std::clamp<unsigned>(cores / 2, 2, 8));
+}
+
 std::string ServerOptions::ToString() const {
   std::string out;
   absl::StrAppendFormat(
@@ -96,9 +103,10 @@ std::string ServerOptions::ToString() const {
       listen_address, model_dir, model_name, absl::StrJoin(extra_model_dirs, ","), language_code);
   absl::StrAppendFormat(&out,
                         "device=%s gpu_precision=%s cpu_precision=%s cuda_graphs=%s "
-                        "num_workers=%d cpu_threads=%d warmup=%d\n",
+                        "num_workers=%d cpu_threads=%d frontend_threads=%d delivery_threads=%d "
+                        "warmup=%d\n",
                         device, gpu_precision, cpu_precision, cuda_graphs ? "true" : "false",
-                        num_workers, cpu_threads, warmup);
+                        num_workers, cpu_threads, frontend_threads, delivery_threads, warmup);
   absl::StrAppendFormat(&out,
                         "max_concurrent_streams=%d max_message_bytes=%d max_stream_duration_ms=%d "
                         "idle_timeout_ms=%d shutdown_grace_ms=%d idle_memory_release_ms=%d\n",

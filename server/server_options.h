@@ -57,6 +57,14 @@ struct ServerOptions {
   // more threads lower one batch's latency. num_workers x cpu_threads should not exceed the
   // cores. Ignored by CUDA. [1, 256]
   int cpu_threads = 1;
+  // Threads of the front-end pool, where every call's audio work runs (decoding, resampling,
+  // cutting windows, featurizing; one strand per call, taking turns), apart from result
+  // delivery and from gRPC's threads. 0 (default): automatic, half the cores, clamped to
+  // [2, 8]. [0, 64]
+  int frontend_threads = 0;
+  // Threads of the delivery pool, where results go to the calls (one strand per call, so a
+  // slow call holds up no other). 0 (default): automatic, 2. [0, 64]
+  int delivery_threads = 0;
 
   // Streaming and offline calls open at once (both APIs together). Beyond it a new call gets
   // RESOURCE_EXHAUSTED at its start. [1, 100000]
@@ -127,6 +135,9 @@ struct ServerOptions {
   // num_workers with 0 resolved for the device the backend runs on: `cores` (clamped to
   // [1, 64]) when `cpu_backend`, else 1. `cores` is normally std::thread::hardware_concurrency().
   int ResolvedNumWorkers(bool cpu_backend, unsigned cores) const;
+  // frontend_threads / delivery_threads with 0 resolved for `cores`.
+  int ResolvedFrontendThreads(unsigned cores) const;
+  int ResolvedDeliveryThreads() const { return delivery_threads > 0 ? delivery_threads : 2; }
   // One line per field, for the startup log.
   std::string ToString() const;
 };

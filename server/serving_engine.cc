@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <random>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -72,110 +73,126 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(const Serve
   JASPER_RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<ServingEngine> engine(new ServingEngine());
   engine->options_ = options;
-  // Sessions of every model deliver on one executor; it must exist before any scheduler runs.
-  engine->delivery_ = std::make_unique<SerialExecutor>();
-  std::vector<std::string> dirs = {options.model_dir};
-  dirs.insert(dirs.end(), options.extra_model_dirs.begin(), options.extra_model_dirs.end());
+  // Sessions of every model run their audio work and deliver their results on these; they
+  // must exist before any scheduler runs.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  engine->frontend_ = std::make_unique<TaskPool>(options.ResolvedFrontendThreads(cores));
+  engine->delivery_ = std::make_unique<TaskPool>(options.ResolvedDeliveryThreads());
+  JASPER_RETURN_IF_ERROR(engine->LoadModels());
+  engine->RegisterMetrics();
+  engine->timers_ = std::make_unique<TimerQueue>();
+  for (const auto& m : engine->models_) {
+    // Window sizes must fit each model's encoder frame: check now rather than at the first call.
+    absl::StatusOr<StreamingOptions> session_options =
+        engine->SessionOptions(CallConfig{}, *m, /*streaming=*/true);
+    if (!session_options.ok()) return session_options.status();
+    if (absl::Status s = StreamSession::CheckOptions(*m->model, *session_options); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("model '", m->name, "': ", s.message()));
+    }
+    engine->LogModel(*m);
+  }
+  return engine;
+}
+
+absl::Status ServingEngine::LoadModels() {
+  std::vector<std::string> dirs = {options_.model_dir};
+  dirs.insert(dirs.end(), options_.extra_model_dirs.begin(), options_.extra_model_dirs.end());
   for (size_t i = 0; i < dirs.size(); ++i) {
     // model_name and lm_file name the default model's; the others use their folders'.
     absl::StatusOr<std::unique_ptr<ServedModel>> served = LoadServedModel(
-        dirs[i], i == 0 ? options.model_name : "", i == 0 ? options.lm_file : "", options);
+        dirs[i], i == 0 ? options_.model_name : "", i == 0 ? options_.lm_file : "", options_);
     if (!served.ok()) return served.status();
-    for (const auto& other : engine->models_) {
+    for (const auto& other : models_) {
       if (other->name == (*served)->name) {
         return absl::InvalidArgumentError(absl::StrCat(
             "two model folders are named '", other->name, "' (", other->dir, " and ", dirs[i],
             "); give them distinct names in model.json (or --model_name for the default)"));
       }
     }
-    engine->models_.push_back(*std::move(served));
+    models_.push_back(*std::move(served));
   }
+  return absl::OkStatus();
+}
 
+void ServingEngine::RegisterMetrics() {
   // One set of metrics for all models; replicas are numbered across them in folder order.
   int replicas = 0;
   std::vector<const Backend*> backends;
-  for (const auto& m : engine->models_) {
+  for (const auto& m : models_) {
     replicas += m->num_workers;
     backends.insert(backends.end(), m->backends.begin(), m->backends.end());
   }
-  engine->metrics_ =
-      std::make_unique<ServerMetrics>(engine->default_model().feature_frame_s(), replicas);
+  metrics_ = std::make_unique<ServerMetrics>(default_model().feature_frame_s(), replicas);
   int first_replica = 0;
-  for (const auto& m : engine->models_) {
-    m->SetObserver(engine->metrics_->ObserverFor(first_replica, m->feature_frame_s()));
+  for (const auto& m : models_) {
+    m->SetObserver(metrics_->ObserverFor(first_replica, m->feature_frame_s()));
     first_replica += m->num_workers;
   }
   // GPU backends only; the schedulers keep the backends until they are destroyed, after the
   // HTTP exporter (JasperServer) stops scraping.
-  engine->metrics_->AddDeviceMemoryGauges(std::move(backends));
-  {
-    ServingEngine* e = engine.get();
-    MetricsRegistry* r = engine->metrics_->registry();
-    const auto sum_stats = [e](int64_t SchedulerStats::*field) {
-      int64_t total = 0;
-      for (const auto& m : e->models_) total += m->scheduler->Stats().*field;
-      return std::vector<GaugeSample>{{{}, static_cast<double>(total)}};
-    };
-    r->AddCallbackGauge("jasper_scheduler_queue_depth",
-                        "Windows waiting in the schedulers' queues (all models).", {},
-                        [sum_stats] { return sum_stats(&SchedulerStats::queue_depth); });
-    r->AddCallbackGauge("jasper_scheduler_running_windows",
-                        "Windows in batches the backends are running now (all models).", {},
-                        [sum_stats] { return sum_stats(&SchedulerStats::running); });
-    r->AddCallbackGauge(
-        "jasper_admitted_calls",
-        "Recognition calls admitted now (streaming + offline, both APIs; the "
-        "max_concurrent_streams limit applies to this).",
-        {}, [e] {
-          return std::vector<GaugeSample>{{{}, static_cast<double>(e->active_calls())}};
-        });
-    engine->idle_memory_releases_counter_ =
-        r->AddCounter("jasper_idle_memory_releases_total",
-                      "Times free heap memory was returned to the OS after "
-                      "idle_memory_release_ms without calls.")
-            ->Get();
-    r->AddGauge("jasper_max_concurrent_streams", "The max_concurrent_streams limit.")
-        ->Get()
-        ->Set(options.max_concurrent_streams);
-    r->AddGauge("jasper_max_queued_windows", "The max_queued_windows limit (per model).")
-        ->Get()
-        ->Set(options.scheduler.max_queued_windows);
-    GaugeFamily* info =
-        r->AddGauge("jasper_build_info", "Always 1; one series per served model and its device.",
-                    {"model", "device"});
-    for (const auto& m : engine->models_) info->WithLabels({m->name, m->device_name})->Set(1);
-  }
-  engine->timers_ = std::make_unique<TimerQueue>();
+  metrics_->AddDeviceMemoryGauges(std::move(backends));
+  MetricsRegistry* r = metrics_->registry();
+  const auto sum_stats = [this](int64_t SchedulerStats::*field) {
+    int64_t total = 0;
+    for (const auto& m : models_) total += m->scheduler->Stats().*field;
+    return std::vector<GaugeSample>{{{}, static_cast<double>(total)}};
+  };
+  r->AddCallbackGauge("jasper_scheduler_queue_depth",
+                      "Windows waiting in the schedulers' queues (all models).", {},
+                      [sum_stats] { return sum_stats(&SchedulerStats::queue_depth); });
+  r->AddCallbackGauge("jasper_scheduler_running_windows",
+                      "Windows in batches the backends are running now (all models).", {},
+                      [sum_stats] { return sum_stats(&SchedulerStats::running); });
+  r->AddCallbackGauge("jasper_admitted_calls",
+                      "Recognition calls admitted now (streaming + offline, both APIs; the "
+                      "max_concurrent_streams limit applies to this).",
+                      {}, [this] {
+                        return std::vector<GaugeSample>{{{}, static_cast<double>(active_calls())}};
+                      });
+  idle_memory_releases_counter_ =
+      r->AddCounter("jasper_idle_memory_releases_total",
+                    "Times free heap memory was returned to the OS after "
+                    "idle_memory_release_ms without calls.")
+          ->Get();
+  r->AddGauge("jasper_max_concurrent_streams", "The max_concurrent_streams limit.")
+      ->Get()
+      ->Set(options_.max_concurrent_streams);
+  r->AddGauge("jasper_max_queued_windows", "The max_queued_windows limit (per model).")
+      ->Get()
+      ->Set(options_.scheduler.max_queued_windows);
+  GaugeFamily* threads =
+      r->AddGauge("jasper_engine_threads",
+                  "Threads of the engine's pools (frontend: audio work; delivery: "
+                  "results to the calls).",
+                  {"pool"});
+  threads->WithLabels({"frontend"})->Set(frontend_->threads());
+  threads->WithLabels({"delivery"})->Set(delivery_->threads());
+  GaugeFamily* info =
+      r->AddGauge("jasper_build_info", "Always 1; one series per served model and its device.",
+                  {"model", "device"});
+  for (const auto& m : models_) info->WithLabels({m->name, m->device_name})->Set(1);
+}
 
-  for (const auto& m : engine->models_) {
-    // Window sizes must fit each model's encoder frame: check now rather than at the first call.
-    CallConfig probe;
-    probe.model = m->name;
-    probe.format.sample_rate_hz = m->sample_rate_hz();
-    StreamSession::Callbacks callbacks;
-    callbacks.on_done = [](absl::Status) {};
-    absl::StatusOr<std::unique_ptr<StreamSession>> session =
-        engine->CreateSession(probe, /*streaming=*/true, std::move(callbacks));
-    if (!session.ok()) return session.status();
-    (*session)->Cancel();
-    spdlog::info("model '{}'{} from {} ({} labels, {} Hz{}) on device {}: {} worker(s){}{}",
-                 m->name, m.get() == &engine->default_model() ? " (default)" : "", m->dir,
-                 m->model->config().labels.size(), m->sample_rate_hz(),
-                 m->lm != nullptr ? ", with an LM" : "", m->device_name, m->num_workers,
-                 options.num_workers == 0 ? " (auto)" : "",
-                 absl::StartsWith(m->device_name, "cpu")
-                     ? absl::StrCat(", ", options.cpu_threads, " intra-op thread(s) each, ",
-                                    m->precision, " (", kernels::DescribeCpuFeatures(), ")")
-                     : absl::StrCat(", ", m->precision));
-  }
-  return engine;
+void ServingEngine::LogModel(const ServedModel& m) const {
+  spdlog::info("model '{}'{} from {} ({} labels, {} Hz{}) on device {}: {} worker(s){}{}", m.name,
+               &m == &default_model() ? " (default)" : "", m.dir, m.model->config().labels.size(),
+               m.sample_rate_hz(), m.lm != nullptr ? ", with an LM" : "", m.device_name,
+               m.num_workers, options_.num_workers == 0 ? " (auto)" : "",
+               absl::StartsWith(m.device_name, "cpu")
+                   ? absl::StrCat(", ", options_.cpu_threads, " intra-op thread(s) each, ",
+                                  m.precision, " (", kernels::DescribeCpuFeatures(), ")")
+                   : absl::StrCat(", ", m.precision));
 }
 
 ServingEngine::~ServingEngine() {
   ShutdownSchedulers();
   timers_.reset();
   models_.clear();
-  delivery_.reset();  // after the schedulers' workers: runs what they posted
+  // After the schedulers' workers: run what they posted (front-end tasks post deliveries, and
+  // delivered callbacks may post audio work: a pool posted to after its threads are gone runs
+  // the task on the posting thread).
+  frontend_.reset();
+  delivery_.reset();
 }
 
 void ServingEngine::ShutdownSchedulers() {
@@ -395,7 +412,7 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ServingEngine::CreateSessionImpl(
   absl::StatusOr<StreamingOptions> options = SessionOptions(config, **served, streaming);
   if (!options.ok()) return options.status();
   if (observe && metrics_ != nullptr) {
-    // Results of one session arrive one at a time (the delivery executor), so the audio
+    // Results of one session arrive one at a time (its delivery strand), so the audio
     // covered so far needs no lock; the atomic only keeps the state safe to share.
     ServerMetrics* metrics = metrics_.get();
     auto covered_s = std::make_shared<std::atomic<double>>(0.0);
@@ -410,8 +427,8 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ServingEngine::CreateSessionImpl(
       if (inner) inner(r);
     };
   }
-  return StreamSession::Create((*served)->model, (*served)->scheduler.get(), delivery_.get(),
-                               *options, config.format, std::move(callbacks));
+  return StreamSession::Create((*served)->model, (*served)->scheduler.get(), frontend_.get(),
+                               delivery_.get(), *options, config.format, std::move(callbacks));
 }
 
 }  // namespace jasper::server

@@ -8,14 +8,18 @@
 // thread returns the heap's free pages to the OS (glibc malloc_trim), so resident memory goes
 // back down after a load peak.
 //
+// Threads: each call's audio work runs on its strand of the front-end pool, its results go out
+// on its strand of the delivery pool (docs/STREAMING.md, Threads), so delivery never waits
+// behind a call's audio work and no call's work waits behind another's for more than a turn.
+//
 // Metrics: owns the ServerMetrics, which observes the scheduler and every session created by
 // CreateSession() (result latencies, audio seconds); see server/server_metrics.h. On GPU
 // backends it also exports their device memory (read at scrape time from the scheduler's
 // backends, so Render() must not outlive the scheduler: JasperServer stops its exporter first).
 //
-// Ownership: owns the served models (and through them the schedulers and backends), the timer
-// queue and the metrics. Outlives every call (JasperServer destroys the gRPC server first).
-// Thread-safety: thread-safe.
+// Ownership: owns the served models (and through them the schedulers and backends), the two
+// task pools, the timer queue and the metrics. Outlives every call (JasperServer destroys the gRPC
+// server first). Thread-safety: thread-safe.
 #ifndef JASPER_SERVER_SERVING_ENGINE_H_
 #define JASPER_SERVER_SERVING_ENGINE_H_
 
@@ -34,8 +38,8 @@
 #include "engine/model/model.h"
 #include "engine/model/ngram_lm.h"
 #include "engine/streaming/scheduler.h"
-#include "engine/streaming/serial_executor.h"
 #include "engine/streaming/stream_session.h"
+#include "engine/streaming/task_pool.h"
 #include "server/served_model.h"
 #include "server/server_metrics.h"
 #include "server/server_options.h"
@@ -135,6 +139,11 @@ class ServingEngine {
  private:
   friend class CallTicket;
   ServingEngine() = default;
+  // Create()'s steps: every model folder (default first; distinct names), then the metrics
+  // that observe them, then (per model) the start-up log line.
+  absl::Status LoadModels();
+  void RegisterMetrics();
+  void LogModel(const ServedModel& m) const;
   void Release(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // Timer callback: releases free heap memory when no call came and went since `generation`.
   void MaybeReleaseIdleMemory(uint64_t generation) ABSL_LOCKS_EXCLUDED(mu_);
@@ -151,9 +160,11 @@ class ServingEngine {
   ServerOptions options_;
   // Declared before the models: it observes their schedulers, so it must be destroyed after.
   std::unique_ptr<ServerMetrics> metrics_;
-  // Sessions deliver their results on it. Declared before the models: the schedulers' workers
-  // post to it until they are joined, so it is destroyed after them.
-  std::unique_ptr<SerialExecutor> delivery_;
+  // Sessions run their audio work on frontend_ and deliver their results on delivery_ (one
+  // strand each per session; server_options.h sizes them). Declared before the models: the
+  // schedulers' workers post to them until they are joined, so they are destroyed after them.
+  std::unique_ptr<TaskPool> frontend_;
+  std::unique_ptr<TaskPool> delivery_;
   std::vector<std::unique_ptr<ServedModel>> models_;  // the default first
   std::unique_ptr<TimerQueue> timers_;
 

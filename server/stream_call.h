@@ -28,8 +28,9 @@
 // Ownership: gRPC owns the reactor; it deletes itself in OnDone. It owns its session and its
 // admission ticket (given back when the call is finished, the session having ended); engine
 // callbacks reach it through a CallLink that OnDone detaches.
-// Thread-safety: reactions, session callbacks (the engine's delivery executor), timers and the
-// drain signal may run concurrently; all state is guarded by one mutex.
+// Thread-safety: reactions, session callbacks (the session's delivery strand), timers and the
+// drain signal may run concurrently; all state is guarded by one mutex. Audio work never runs
+// under it: PushAudio/Finish/ForceFinal only copy and enqueue (engine/streaming/task_pool.h).
 #ifndef JASPER_SERVER_STREAM_CALL_H_
 #define JASPER_SERVER_STREAM_CALL_H_
 

@@ -19,7 +19,6 @@
 #include "engine/runtime/backend.h"
 #include "engine/runtime/cpu_backend.h"
 #include "engine/streaming/clock.h"
-#include "engine/streaming/serial_executor.h"
 #include "gtest/gtest.h"
 #include "tests/test_files.h"
 
@@ -398,43 +397,6 @@ TEST_F(SchedulerTest, FailingBatchMemberDoesNotFailTheOthers) {
   EXPECT_EQ(results_.Get(2).status().code(), absl::StatusCode::kInternal);
   EXPECT_TRUE(results_.Get(3).ok());
   EXPECT_EQ(scheduler_->Stats().failed, 1);
-}
-
-// The delivery executor sessions use (engine/streaming/serial_executor.h).
-TEST(SerialExecutorTest, RunsInOrderOnItsOwnThread) {
-  SerialExecutor executor;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int> order;
-  std::thread::id thread;
-  for (int i = 0; i < 100; ++i) {
-    executor.Post([&, i] {
-      std::lock_guard<std::mutex> lock(mu);
-      order.push_back(i);
-      thread = std::this_thread::get_id();
-      cv.notify_all();
-    });
-  }
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return order.size() == 100; });
-  ASSERT_EQ(order.size(), 100u);
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(order[i], i);
-  EXPECT_NE(thread, std::this_thread::get_id());
-}
-
-TEST(SerialExecutorTest, DestructionRunsEverythingPostedBeforeIt) {
-  std::atomic<int> ran{0};
-  {
-    SerialExecutor executor;
-    for (int i = 0; i < 50; ++i) {
-      // Each function posts one more (as a session's drain may): those run too.
-      executor.Post([&] {
-        ++ran;
-        executor.Post([&] { ++ran; });
-      });
-    }
-  }
-  EXPECT_EQ(ran.load(), 100);
 }
 
 // Many threads, two replicas, the real clock: every accepted request's done runs exactly once.

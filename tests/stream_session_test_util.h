@@ -28,6 +28,7 @@
 #include "engine/streaming/recognizer.h"
 #include "engine/streaming/scheduler.h"
 #include "engine/streaming/stream_session.h"
+#include "engine/streaming/task_pool.h"
 #include "gtest/gtest.h"
 #include "tests/edit_distance.h"
 #include "tests/test_files.h"
@@ -178,7 +179,7 @@ class StreamSessionTest : public ::testing::Test {
                                              StreamingOptions options = {},
                                              AudioFormat format = {AudioEncoding::kLinearPcm16,
                                                                    16000, 1}) {
-    auto s = StreamSession::Create(*model_, scheduler, &delivery_, options, format,
+    auto s = StreamSession::Create(*model_, scheduler, &frontend_, &delivery_, options, format,
                                    collector->Callbacks());
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? *std::move(s) : nullptr;
@@ -240,9 +241,10 @@ class StreamSessionTest : public ::testing::Test {
   inline static std::shared_ptr<const Model>* model_ = nullptr;
   inline static std::vector<float>* fox_ = nullptr;
   inline static std::vector<float>* hello_ = nullptr;
-  // Sessions deliver on it. A fixture member, so it outlives the schedulers the tests make
-  // (their workers post to it until they are joined).
-  SerialExecutor delivery_;
+  // Sessions run their audio work on frontend_ and deliver on delivery_. Fixture members, so
+  // they outlive the schedulers the tests make (their workers post to them until joined).
+  TaskPool frontend_{2};
+  TaskPool delivery_{1};
 };
 
 }  // namespace jasper::test_util

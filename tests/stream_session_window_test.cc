@@ -60,7 +60,7 @@ class StreamSessionTest : public test_util::StreamSessionTest {
       o.right_context_ms = 2000;
       o.endpoint_silence_ms = 0;
       o.decoder = decoder;
-      auto session = StreamSession::Create(model, scheduler, &delivery_, o,
+      auto session = StreamSession::Create(model, scheduler, &frontend_, &delivery_, o,
                                            {AudioEncoding::kLinearPcm16, 16000, 1}, c.Callbacks());
       ASSERT_TRUE(session.ok());
       ASSERT_TRUE(StreamAll(session->get(), &c, bytes, {4096}).ok());

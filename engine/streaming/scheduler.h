@@ -16,8 +16,8 @@
 // (without waiting for batches to fill), joins the workers, so that every accepted request's
 // `done` has run exactly once when Shutdown() returns.
 //
-// Sessions deliver their results elsewhere (engine/streaming/serial_executor.h): the scheduler
-// batches.
+// Sessions featurize and deliver their results elsewhere (engine/streaming/task_pool.h): the
+// scheduler batches.
 //
 // An optional SchedulerObserver (SetObserver) hears about every batch and every refused
 // Submit(), for metrics; the engine knows nothing about how they are exported.

@@ -1,6 +1,9 @@
 #include "engine/streaming/stream_session.h"
 
+#include <algorithm>
+#include <condition_variable>
 #include <deque>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -37,15 +40,22 @@ absl::Status StreamingOptions::Validate() const {
   return absl::OkStatus();
 }
 
-// The session's state. Shared by the StreamSession and every window in the scheduler, so that
-// results arriving after the session is gone are dropped safely. The windower and the stream
-// decoder hold the stream's logic; this shell holds the locks, the submission (with deferral
-// when the scheduler is full) and the delivery.
+// The session's state. Shared by the StreamSession, every window in the scheduler and every
+// queued task, so that results arriving after the session is gone are dropped safely. The
+// windower and the stream decoder hold the stream's logic; this shell holds the lock, the input
+// queue, the front-end work (on the session's front-end strand), the submission (with deferral
+// when the scheduler is full) and the delivery (on the session's delivery strand).
+//
+// Who touches what: mu_ guards the state, the input queue, the windower's slots and counters,
+// the decoder and the outbox. The windower's audio buffer is written (Append, Clear) only on
+// the front-end strand, so the views that Cut() returns stay valid while that strand
+// featurizes them outside mu_. input_, frame_cache_ and deferred_ belong to the front-end
+// strand; callbacks_ to the delivery strand.
 class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::Impl> {
  public:
-  Impl(std::shared_ptr<const Model> model, Scheduler* scheduler, SerialExecutor* delivery,
-       const StreamingOptions& options, const WindowGeometry& geometry,
-       std::unique_ptr<AudioInput> input, Callbacks callbacks);
+  Impl(std::shared_ptr<const Model> model, Scheduler* scheduler, TaskPool* frontend,
+       TaskPool* delivery, const StreamingOptions& options, const WindowGeometry& geometry,
+       const AudioFormat& format, std::unique_ptr<AudioInput> input, Callbacks callbacks);
 
   // The window's padded size (the featurizer may reject the geometry); called once by Create().
   absl::Status Init(const WindowGeometry& geometry);
@@ -60,6 +70,12 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
 
  private:
   enum class State { kActive, kFinishing, kDone };
+  // What the caller handed over, processed in order on the front-end strand.
+  struct Input {
+    enum Kind { kAudio, kForceFinal, kFinish } kind = kAudio;
+    std::vector<uint8_t> bytes;  // kAudio
+    absl::Time arrival;          // when the call was made (latencies count from here)
+  };
   // A window cut under the lock, featurized and submitted outside it.
   struct Cut {
     WindowCut window;
@@ -73,72 +89,105 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
   };
 
   // All with mu_ held:
+  // Queues an input for the front-end strand (the caller posts RunInput after unlocking).
+  void EnqueueInput(Input input);
   // Cuts what the windower allows, then processes the slots that are ready.
   void CutWindows(std::vector<Cut>* cuts);
   void ProcessReadySlots();
   void Fail(absl::Status status);
   absl::Status TerminalStatus() const;
+  // Audio held and not yet cut (decoded, plus queued bytes at the estimated rate), samples.
+  int64_t HeldSamples() const;
   void MaybeSignalSpace();
   void Emit(std::vector<SessionResult>* results);
   // Appends decoded audio; false (after failing the session) when the stream is too long.
-  bool AppendAudio(const std::vector<float>& samples, absl::Time now);
+  bool AppendAudio(const std::vector<float>& samples, absl::Time arrival);
   // Whether events wait and no drain is posted yet (then marks it posted): the caller posts
   // it with PostDrain() after unlocking.
   bool NeedDrain();
 
-  // Without mu_:
-  void Featurize(Cut* cut) const;
-  // Returns the error that ended the session, if submitting did.
-  absl::Status SubmitCuts(std::vector<Cut> cuts);
-  void OnWindowDone(int64_t seq, absl::StatusOr<WindowResult> result);
+  // On the front-end strand, without mu_:
+  // Processes the oldest queued input (one per RunInput posted).
+  void RunInput();
+  // Cuts what a returned window allows and resubmits deferred windows.
+  void RunCuts();
+  // Frees the audio once the session has ended.
+  void RunRelease();
+  void Featurize(Cut* cut);
+  // Featurizes `cuts` (while their views are valid) and submits them after the deferred ones.
+  void SubmitCuts(std::vector<Cut> cuts);
+
+  // Any thread, without mu_:
+  // A window's result (from the scheduler, or at once for a window without frames).
+  void OnWindowDone(int64_t seq, absl::StatusOr<WindowResult> result, bool from_scheduler);
+  void PostFrontEnd(void (Impl::*task)());
   void PostDrain();
-  void Drain();
+  void Drain();  // on the delivery strand
 
   // Immutable after Init().
   const std::shared_ptr<const Model> model_;
   Scheduler* const scheduler_;
-  SerialExecutor* const delivery_;
+  const std::shared_ptr<TaskPool::Strand> frontend_;
+  const std::shared_ptr<TaskPool::Strand> delivery_;
   Clock* const clock_;
   const StreamingOptions options_;
   const int sample_rate_;
+  // Model-rate samples per queued input byte (an estimate from the format: 16-bit or 8-bit
+  // codes, the declared rate, or the model's when a WAV header will tell).
+  const double samples_per_input_byte_;
   int64_t max_buffered_samples_ = 0, max_stream_samples_ = 0;
   int window_padded_frames_ = 0;
 
-  // Serializes the caller-facing calls that decode audio (AudioInput is single-threaded).
+  // The front-end strand's.
+  std::unique_ptr<AudioInput> input_;
+  FrameCache frame_cache_;  // the previous window's log-mel rows (Featurize)
+  std::vector<Cut> deferred_;
+
   // std::mutex rather than absl::Mutex: see engine/streaming/clock.h (ThreadSanitizer).
-  std::mutex api_mu_;                  // acquired before mu_
-  std::unique_ptr<AudioInput> input_;  // guarded by api_mu_
-
-  // The previous window's log-mel rows (Featurize). A leaf lock, taken without mu_.
-  mutable std::mutex frame_cache_mu_;
-  mutable FrameCache frame_cache_;  // guarded by frame_cache_mu_
-
   mutable std::mutex mu_;
   // Everything below, except callbacks_, is guarded by mu_.
   State state_ = State::kActive;
   absl::Status terminal_;
   bool muted_ = false;  // session destroyed: deliver nothing
+  std::deque<Input> inputs_;
+  int64_t queued_input_bytes_ = 0;
   Windower windower_;
   StreamDecoder decoder_;
-  int unsubmitted_ = 0;  // cut, not yet handed to the scheduler
-  std::vector<Cut> deferred_;
+  int in_scheduler_ = 0;  // windows Submit() accepted (or is accepting) whose done has not run
+  int submitting_ = 0;    // front-end tasks inside Submit() (the destructor waits for 0)
+  std::condition_variable submit_done_;  // submitting_ fell to 0
+  bool release_posted_ = false;
   // Delivery.
   mutable bool space_wanted_ = false;
   std::deque<Event> outbox_;
   bool drain_posted_ = false;
-  Callbacks callbacks_;  // used only by Drain(), which runs on the delivery executor
+  Callbacks callbacks_;  // used only by Drain(), on the delivery strand
 };
 
+namespace {
+
+double SamplesPerInputByte(const AudioFormat& format, int model_rate) {
+  const int bytes_per_sample = format.encoding == AudioEncoding::kLinearPcm16 ? 2 : 1;
+  const int rate = format.sample_rate_hz > 0 ? format.sample_rate_hz : model_rate;
+  const int channels = std::max(1, format.channels);
+  return static_cast<double>(model_rate) /
+         (static_cast<double>(rate) * bytes_per_sample * channels);
+}
+
+}  // namespace
+
 StreamSession::Impl::Impl(std::shared_ptr<const Model> model, Scheduler* scheduler,
-                          SerialExecutor* delivery, const StreamingOptions& options,
-                          const WindowGeometry& geometry, std::unique_ptr<AudioInput> input,
-                          Callbacks callbacks)
+                          TaskPool* frontend, TaskPool* delivery, const StreamingOptions& options,
+                          const WindowGeometry& geometry, const AudioFormat& format,
+                          std::unique_ptr<AudioInput> input, Callbacks callbacks)
     : model_(std::move(model)),
       scheduler_(scheduler),
-      delivery_(delivery),
+      frontend_(frontend->NewStrand()),
+      delivery_(delivery->NewStrand()),
       clock_(scheduler->clock()),
       options_(options),
       sample_rate_(geometry.sample_rate),
+      samples_per_input_byte_(SamplesPerInputByte(format, geometry.sample_rate)),
       input_(std::move(input)),
       windower_(model_.get(), geometry, options.max_inflight_windows),
       decoder_(model_.get(), model_->EncoderFramesCeil(options.endpoint_silence_ms),
@@ -158,7 +207,7 @@ absl::Status StreamSession::Impl::Init(const WindowGeometry& geometry) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Caller-facing calls.
+// Caller-facing calls: check, copy, enqueue.
 
 absl::Status StreamSession::Impl::TerminalStatus() const {
   if (state_ == State::kDone) {
@@ -168,134 +217,105 @@ absl::Status StreamSession::Impl::TerminalStatus() const {
   return absl::FailedPreconditionError("audio after the end of the stream (Finish)");
 }
 
-bool StreamSession::Impl::AppendAudio(const std::vector<float>& samples, absl::Time now) {
-  if (windower_.audio_end() + static_cast<int64_t>(samples.size()) > max_stream_samples_) {
-    Fail(absl::OutOfRangeError(absl::StrCat("the stream exceeds max_stream_duration_ms = ",
-                                            options_.max_stream_duration_ms)));
-    return false;
-  }
-  windower_.Append(samples, now);
-  return true;
+int64_t StreamSession::Impl::HeldSamples() const {
+  return windower_.unprocessed_samples() +
+         static_cast<int64_t>(static_cast<double>(queued_input_bytes_) * samples_per_input_byte_);
+}
+
+void StreamSession::Impl::EnqueueInput(Input input) {
+  queued_input_bytes_ += static_cast<int64_t>(input.bytes.size());
+  inputs_.push_back(std::move(input));
+}
+
+void StreamSession::Impl::PostFrontEnd(void (Impl::*task)()) {
+  frontend_->Post([impl = shared_from_this(), task] { (impl.get()->*task)(); });
 }
 
 absl::Status StreamSession::Impl::PushAudio(absl::Span<const uint8_t> bytes) {
-  std::lock_guard<std::mutex> api(api_mu_);
-  bool post = false;
   absl::Status rejected;
+  bool post = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ != State::kActive) return TerminalStatus();
-    if (windower_.unprocessed_samples() >= max_buffered_samples_) {
+    if (HeldSamples() >= max_buffered_samples_) {
       rejected = absl::ResourceExhaustedError(
           absl::StrCat("audio pushed while the session's buffer is full (max_buffered_audio_ms = ",
                        options_.max_buffered_audio_ms, "); wait for on_space_available"));
       Fail(rejected);
       post = NeedDrain();
-    }
-  }
-  if (!rejected.ok()) {
-    if (post) PostDrain();
-    return rejected;
-  }
-  std::vector<float> samples;
-  const absl::Status decoded = input_->Push(bytes, &samples);
-  std::vector<Cut> cuts;
-  absl::Status result;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (state_ != State::kActive) return TerminalStatus();  // cancelled meanwhile
-    if (!decoded.ok()) {
-      Fail(decoded);
-      result = decoded;
-    } else if (!AppendAudio(samples, clock_->Now())) {
-      result = terminal_;
     } else {
-      CutWindows(&cuts);
-      if (windower_.unprocessed_samples() >= max_buffered_samples_) space_wanted_ = true;
+      Input input;
+      input.kind = Input::kAudio;
+      input.bytes.assign(bytes.begin(), bytes.end());
+      input.arrival = clock_->Now();
+      EnqueueInput(std::move(input));
+      if (HeldSamples() >= max_buffered_samples_) space_wanted_ = true;
     }
-    post = NeedDrain();
   }
   if (post) PostDrain();
-  if (absl::Status s = SubmitCuts(std::move(cuts)); !s.ok() && result.ok()) result = s;
-  return result;
+  if (!rejected.ok()) return rejected;
+  PostFrontEnd(&Impl::RunInput);
+  return absl::OkStatus();
 }
 
 bool StreamSession::Impl::CanAcceptAudio() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ != State::kActive) return false;
-  if (windower_.unprocessed_samples() < max_buffered_samples_) return true;
+  if (HeldSamples() < max_buffered_samples_) return true;
   space_wanted_ = true;
   return false;
 }
 
 int64_t StreamSession::Impl::buffered_audio_ms() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return windower_.unprocessed_samples() * 1000 / sample_rate_;
+  return HeldSamples() * 1000 / sample_rate_;
 }
 
 absl::Status StreamSession::Impl::ForceFinal() {
-  std::lock_guard<std::mutex> api(api_mu_);
-  std::vector<Cut> cuts;
-  bool post = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ != State::kActive) return TerminalStatus();
-    windower_.Flush(WindowSlot::Kind::kForceFinal, clock_->Now());
-    CutWindows(&cuts);
-    post = NeedDrain();
+    Input input;
+    input.kind = Input::kForceFinal;
+    input.arrival = clock_->Now();
+    EnqueueInput(std::move(input));
   }
-  if (post) PostDrain();
-  return SubmitCuts(std::move(cuts));
+  PostFrontEnd(&Impl::RunInput);
+  return absl::OkStatus();
 }
 
 absl::Status StreamSession::Impl::Finish() {
-  std::lock_guard<std::mutex> api(api_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kFinishing) return absl::OkStatus();
     if (state_ == State::kDone && terminal_.ok()) return absl::OkStatus();
     if (state_ != State::kActive) return TerminalStatus();
+    state_ = State::kFinishing;
+    Input input;
+    input.kind = Input::kFinish;
+    input.arrival = clock_->Now();
+    EnqueueInput(std::move(input));
   }
-  std::vector<float> samples;
-  const absl::Status flushed = input_->Flush(&samples);
-  std::vector<Cut> cuts;
-  absl::Status result;
-  bool post = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (state_ != State::kActive) return TerminalStatus();
-    const absl::Time now = clock_->Now();
-    if (!flushed.ok()) {
-      Fail(flushed);
-      result = flushed;
-    } else if (!AppendAudio(samples, now)) {
-      result = terminal_;
-    } else {
-      state_ = State::kFinishing;
-      windower_.Flush(WindowSlot::Kind::kFinish, now);
-      CutWindows(&cuts);
-    }
-    post = NeedDrain();
-  }
-  if (post) PostDrain();
-  if (absl::Status s = SubmitCuts(std::move(cuts)); !s.ok() && result.ok()) result = s;
-  return result;
+  PostFrontEnd(&Impl::RunInput);
+  return absl::OkStatus();
 }
 
 void StreamSession::Impl::Cancel(bool notify) {
   bool post = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!notify) muted_ = true;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!notify) {
+      muted_ = true;
+      // The owner may destroy the scheduler once the session is gone: wait for a front-end
+      // task that is inside Submit() (a short, non-blocking call) to come out of it.
+      submit_done_.wait(lock, [this] { return submitting_ == 0; });
+    }
     if (state_ == State::kDone) return;
     if (notify) {
       outbox_.clear();  // drop results not yet delivered
       Fail(absl::CancelledError("the stream was cancelled"));
     } else {
-      state_ = State::kDone;
-      terminal_ = absl::CancelledError("the session was destroyed");
-      windower_.Clear();
-      deferred_.clear();
+      Fail(absl::CancelledError("the session was destroyed"));
       outbox_.clear();
     }
     post = NeedDrain();
@@ -307,16 +327,90 @@ void StreamSession::Impl::Fail(absl::Status status) {
   if (state_ == State::kDone) return;
   state_ = State::kDone;
   terminal_ = status;
-  windower_.Clear();
-  deferred_.clear();
+  inputs_.clear();
+  queued_input_bytes_ = 0;
   Event e;
   e.kind = Event::kDone;
   e.status = std::move(status);
   outbox_.push_back(std::move(e));
+  if (!release_posted_) {
+    // The audio buffer is the front-end strand's to free (its views may be in use there).
+    release_posted_ = true;
+    PostFrontEnd(&Impl::RunRelease);
+  }
+}
+
+bool StreamSession::Impl::AppendAudio(const std::vector<float>& samples, absl::Time arrival) {
+  if (windower_.audio_end() + static_cast<int64_t>(samples.size()) > max_stream_samples_) {
+    Fail(absl::OutOfRangeError(absl::StrCat("the stream exceeds max_stream_duration_ms = ",
+                                            options_.max_stream_duration_ms)));
+    return false;
+  }
+  windower_.Append(samples, arrival);
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------------
-// Windows.
+// The front-end strand.
+
+void StreamSession::Impl::RunInput() {
+  Input input;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ == State::kDone || inputs_.empty()) return;
+    input = std::move(inputs_.front());
+    inputs_.pop_front();
+    queued_input_bytes_ -= static_cast<int64_t>(input.bytes.size());
+  }
+  std::vector<float> samples;
+  absl::Status decoded;
+  if (input.kind == Input::kAudio) {
+    decoded = input_->Push(input.bytes, &samples);
+  } else if (input.kind == Input::kFinish) {
+    decoded = input_->Flush(&samples);
+  }
+  input.bytes = {};
+  std::vector<Cut> cuts;
+  bool post = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ == State::kDone) return;  // cancelled or failed meanwhile
+    if (!decoded.ok()) {
+      Fail(decoded);
+    } else if (AppendAudio(samples, input.arrival)) {
+      if (input.kind == Input::kForceFinal) {
+        windower_.Flush(WindowSlot::Kind::kForceFinal, input.arrival);
+      } else if (input.kind == Input::kFinish) {
+        windower_.Flush(WindowSlot::Kind::kFinish, input.arrival);
+      }
+      CutWindows(&cuts);
+    }
+    post = NeedDrain();
+  }
+  if (post) PostDrain();
+  SubmitCuts(std::move(cuts));
+}
+
+void StreamSession::Impl::RunCuts() {
+  std::vector<Cut> cuts;
+  bool post = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ == State::kDone) return;
+    CutWindows(&cuts);
+    post = NeedDrain();
+  }
+  if (post) PostDrain();
+  SubmitCuts(std::move(cuts));
+}
+
+void StreamSession::Impl::RunRelease() {
+  deferred_.clear();
+  input_.reset();
+  frame_cache_ = FrameCache();
+  std::lock_guard<std::mutex> lock(mu_);
+  windower_.Clear();
+}
 
 void StreamSession::Impl::CutWindows(std::vector<Cut>* cuts) {
   if (state_ == State::kDone) return;
@@ -324,26 +418,21 @@ void StreamSession::Impl::CutWindows(std::vector<Cut>* cuts) {
   windower_.Cut(clock_->Now(), &windows);
   for (WindowCut& w : windows) {
     Cut cut;
-    cut.window = std::move(w);
+    cut.window = w;
     cuts->push_back(std::move(cut));
-    ++unsubmitted_;
   }
   ProcessReadySlots();  // a marker with nothing before it in flight
   MaybeSignalSpace();
 }
 
-void StreamSession::Impl::Featurize(Cut* cut) const {
+void StreamSession::Impl::Featurize(Cut* cut) {
   if (cut->featurized) return;
   cut->featurized = true;
-  absl::StatusOr<Features> f;
-  {
-    // Consecutive windows overlap (left and right context): frames they share are computed
-    // once (bitwise the same features as Compute()).
-    std::lock_guard<std::mutex> lock(frame_cache_mu_);
-    f = model_->featurizer().ComputeStreaming(cut->window.audio, cut->window.first_sample,
-                                              &frame_cache_);
-  }
-  cut->window.audio = {};
+  // Consecutive windows overlap (left and right context): frames they share are computed once
+  // (bitwise the same features as Compute()).
+  absl::StatusOr<Features> f = model_->featurizer().ComputeStreaming(
+      cut->window.audio, cut->window.first_sample, &frame_cache_);
+  cut->window.audio = {};  // the view is not valid past the next Append()
   if (!f.ok()) {
     cut->features = Features();  // too short to featurize: a window without frames
     return;
@@ -358,68 +447,71 @@ void StreamSession::Impl::Featurize(Cut* cut) const {
   }
 }
 
-absl::Status StreamSession::Impl::SubmitCuts(std::vector<Cut> cuts) {
+void StreamSession::Impl::SubmitCuts(std::vector<Cut> cuts) {
+  for (Cut& cut : cuts) Featurize(&cut);
+  if (!deferred_.empty()) {
+    cuts.insert(cuts.begin(), std::make_move_iterator(deferred_.begin()),
+                std::make_move_iterator(deferred_.end()));
+    deferred_.clear();
+  }
   for (size_t i = 0; i < cuts.size(); ++i) {
     Cut& cut = cuts[i];
-    Featurize(&cut);
     if (cut.features.valid_frames <= 0) {
       // Too short to give features: a window without frames; nothing to run.
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        --unsubmitted_;
-      }
-      OnWindowDone(cut.window.seq, WindowResult());
+      OnWindowDone(cut.window.seq, WindowResult(), /*from_scheduler=*/false);
       continue;
     }
     WindowRequest request;
-    request.features = cut.features;
+    request.features = std::move(cut.features);  // Submit() moves it only when it accepts
     request.done = [impl = shared_from_this(),
                     seq = cut.window.seq](absl::StatusOr<WindowResult> result) {
-      impl->OnWindowDone(seq, std::move(result));
+      impl->OnWindowDone(seq, std::move(result), /*from_scheduler=*/true);
     };
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (state_ == State::kDone) return;
+      ++in_scheduler_;  // before Submit(): its done may run before Submit() returns
+      ++submitting_;
+    }
     const absl::Status s = scheduler_->Submit(request);
     bool post = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      --unsubmitted_;
+      if (--submitting_ == 0) submit_done_.notify_all();
       if (s.ok()) continue;
-      const int rest = static_cast<int>(cuts.size() - i - 1);
-      unsubmitted_ -= rest;
-      if (state_ == State::kDone) return absl::OkStatus();
+      cut.features = std::move(request.features);  // untouched on failure
+      --in_scheduler_;
+      if (state_ == State::kDone) return;
       // The scheduler's queue is full: if windows of ours are in it, retry when one of them
-      // comes back (OnWindowDone); otherwise nothing would, so the stream fails.
-      const int in_scheduler =
-          windower_.inflight() - static_cast<int>(deferred_.size()) - unsubmitted_ - rest - 1;
-      if (absl::IsResourceExhausted(s) && in_scheduler > 0) {
-        for (size_t j = i; j < cuts.size(); ++j) deferred_.push_back(std::move(cuts[j]));
-        return absl::OkStatus();
+      // comes back (OnWindowDone posts RunCuts); otherwise none would, so the stream fails.
+      if (absl::IsResourceExhausted(s) && in_scheduler_ > 0) {
+        deferred_.assign(std::make_move_iterator(cuts.begin() + static_cast<std::ptrdiff_t>(i)),
+                         std::make_move_iterator(cuts.end()));
+        return;
       }
       Fail(s);
       post = NeedDrain();
     }
     if (post) PostDrain();
-    return s;
+    return;
   }
-  return absl::OkStatus();
 }
 
-void StreamSession::Impl::OnWindowDone(int64_t seq, absl::StatusOr<WindowResult> result) {
-  std::vector<Cut> cuts;
+void StreamSession::Impl::OnWindowDone(int64_t seq, absl::StatusOr<WindowResult> result,
+                                       bool from_scheduler) {
   bool post = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (from_scheduler) --in_scheduler_;
     if (state_ == State::kDone) return;
     if (!windower_.Complete(seq, std::move(result))) return;
     ProcessReadySlots();
-    if (state_ != State::kDone) {
-      cuts.swap(deferred_);
-      unsubmitted_ += static_cast<int>(cuts.size());
-      CutWindows(&cuts);
-    }
     post = NeedDrain();
   }
   if (post) PostDrain();
-  SubmitCuts(std::move(cuts)).IgnoreError();  // a failure ends the session (on_done)
+  // A window came back: the windower may cut more, deferred windows may fit now. On the
+  // front-end strand (when called from there, the task runs after the current one).
+  PostFrontEnd(&Impl::RunCuts);
 }
 
 void StreamSession::Impl::ProcessReadySlots() {
@@ -447,13 +539,8 @@ void StreamSession::Impl::ProcessReadySlots() {
       case WindowSlot::Kind::kFinish: {
         decoder_.EndUtterance(/*finish=*/true, slot->first_frame, slot->audio_time, now, &results);
         Emit(&results);
-        state_ = State::kDone;
-        terminal_ = absl::OkStatus();
-        windower_.Clear();
-        Event e;
-        e.kind = Event::kDone;
-        outbox_.push_back(std::move(e));
-        break;
+        Fail(absl::OkStatus());  // kDone with OK: on_done(OK) after the results
+        return;
       }
     }
   }
@@ -474,8 +561,7 @@ void StreamSession::Impl::Emit(std::vector<SessionResult>* results) {
 }
 
 void StreamSession::Impl::MaybeSignalSpace() {
-  if (space_wanted_ && state_ == State::kActive &&
-      windower_.unprocessed_samples() < max_buffered_samples_) {
+  if (space_wanted_ && state_ == State::kActive && HeldSamples() < max_buffered_samples_) {
     space_wanted_ = false;
     Event e;
     e.kind = Event::kSpace;
@@ -527,12 +613,13 @@ void StreamSession::Impl::Drain() {
 // StreamSession.
 
 absl::StatusOr<std::unique_ptr<StreamSession>> StreamSession::Create(
-    std::shared_ptr<const Model> model, Scheduler* scheduler, SerialExecutor* delivery,
-    const StreamingOptions& options, const AudioFormat& format, Callbacks callbacks) {
+    std::shared_ptr<const Model> model, Scheduler* scheduler, TaskPool* frontend,
+    TaskPool* delivery, const StreamingOptions& options, const AudioFormat& format,
+    Callbacks callbacks) {
   if (model == nullptr) return absl::InvalidArgumentError("StreamSession: no model");
   if (scheduler == nullptr) return absl::InvalidArgumentError("StreamSession: no scheduler");
-  if (delivery == nullptr) {
-    return absl::InvalidArgumentError("StreamSession: no delivery executor");
+  if (frontend == nullptr || delivery == nullptr) {
+    return absl::InvalidArgumentError("StreamSession: no front-end or delivery pool");
   }
   if (!callbacks.on_done) return absl::InvalidArgumentError("StreamSession: on_done is required");
   JASPER_RETURN_IF_ERROR(options.Validate());
@@ -542,10 +629,18 @@ absl::StatusOr<std::unique_ptr<StreamSession>> StreamSession::Create(
   absl::StatusOr<WindowGeometry> geometry = WindowGeometry::Create(
       *model, options.chunk_ms, options.left_context_ms, options.right_context_ms);
   if (!geometry.ok()) return geometry.status();
-  auto impl = std::make_shared<Impl>(std::move(model), scheduler, delivery, options, *geometry,
-                                     *std::move(input), std::move(callbacks));
+  auto impl = std::make_shared<Impl>(std::move(model), scheduler, frontend, delivery, options,
+                                     *geometry, format, *std::move(input), std::move(callbacks));
   JASPER_RETURN_IF_ERROR(impl->Init(*geometry));
   return std::unique_ptr<StreamSession>(new StreamSession(std::move(impl)));
+}
+
+absl::Status StreamSession::CheckOptions(const Model& model, const StreamingOptions& options) {
+  JASPER_RETURN_IF_ERROR(options.Validate());
+  absl::StatusOr<WindowGeometry> geometry = WindowGeometry::Create(
+      model, options.chunk_ms, options.left_context_ms, options.right_context_ms);
+  if (!geometry.ok()) return geometry.status();
+  return model.featurizer().PaddedFrames(static_cast<size_t>(geometry->window_samples())).status();
 }
 
 StreamSession::StreamSession(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -15,22 +15,23 @@
 // in-order reassembly; engine/streaming/stream_decoder.h: CTC over windows, endpointing, results);
 // this class is the shell around them: locks, submission to the scheduler, delivery.
 //
-// Where the work runs: decoding/resampling on the thread calling PushAudio/Finish; a window's
-// featurization and submission on the thread that cut it (the caller, or a scheduler worker
-// once an earlier window of the stream returned and made room, see max_inflight_windows); CTC
-// decoding of results on the scheduler worker that ran the window; callbacks on the delivery
-// executor.
+// Where the work runs (docs/STREAMING.md, "Threads"): the caller-facing methods only check the
+// state, copy the bytes and enqueue them, so a gRPC reaction never does audio work. Decoding,
+// resampling, cutting windows, featurizing them and submitting them to the scheduler run in
+// order on the session's strand of the front-end TaskPool; CTC decoding of a window's result on
+// the scheduler worker that ran it (the next cuts it allows go back to the front-end strand);
+// callbacks on the session's strand of the delivery TaskPool, in order, one at a time.
 //
-// Ownership: shares the Model; borrows the Scheduler and the delivery SerialExecutor (both
-// must outlive the session's last callback, i.e. on_done, or the session's destruction,
-// whichever is later; the executor must also outlive the scheduler's workers, whose window
-// results post to it); owns everything else. The session's state lives in a shared object that
-// in-flight windows keep alive, so the session may be destroyed at any time (destroying it before
+// Ownership: shares the Model; borrows the Scheduler and both TaskPools (they must outlive the
+// session's last callback, i.e. on_done, or the session's destruction, whichever is later; the
+// pools must also outlive the scheduler's workers, whose window results post to them); owns
+// everything else. The session's state lives in a shared object that in-flight windows and
+// queued tasks keep alive, so the session may be destroyed at any time (destroying it before
 // on_done cancels it without calling on_done).
 //
 // Thread-safety: thread-safe (internally synchronized). Callbacks are delivered in order, one
-// at a time, on the delivery executor's thread: never on the thread calling a session method,
-// never while the session's lock is held, and never after on_done.
+// at a time, on the delivery strand: never on the thread calling a session method, never while
+// the session's lock is held, and never after on_done.
 #ifndef JASPER_ENGINE_STREAMING_STREAM_SESSION_H_
 #define JASPER_ENGINE_STREAMING_STREAM_SESSION_H_
 
@@ -47,8 +48,8 @@
 #include "engine/model/model.h"
 #include "engine/streaming/ctc.h"
 #include "engine/streaming/scheduler.h"
-#include "engine/streaming/serial_executor.h"
 #include "engine/streaming/stream_decoder.h"
+#include "engine/streaming/task_pool.h"
 
 namespace jasper {
 
@@ -64,8 +65,10 @@ struct StreamingOptions {
   // 0 = off (one utterance per stream, plus ForceFinal()). [0, 60000]; rounded up to whole
   // encoder frames.
   int endpoint_silence_ms = 800;
-  // Unprocessed audio (received, not yet cut into a window) the session holds. A push is
-  // accepted while the buffer is below this; it must be >= chunk_ms + right_context_ms.
+  // Unprocessed audio the session holds: received and not yet cut into a window, plus bytes
+  // received and not yet decoded (counted at the format's byte rate; at the model rate for a
+  // WAV header not yet read). A push is accepted while this is below the bound (one push may
+  // overshoot it); it must be >= chunk_ms + right_context_ms.
   int max_buffered_audio_ms = 10000;  // [.., 600000]
   // Audio beyond this (at the model rate) fails the stream with OUT_OF_RANGE.
   int64_t max_stream_duration_ms = 3600000;  // 1 h; [1000, 86400000]
@@ -94,22 +97,33 @@ class StreamSession {
     std::function<void(absl::Status)> on_done;
   };
 
-  // Errors: INVALID_ARGUMENT (options, format, null model/scheduler/delivery, window sizes not
-  // a multiple of the model's encoder frame, missing on_done).
+  // `frontend` runs the session's audio work, `delivery` its callbacks (may be one pool in
+  // tests; the server keeps them apart so that results never wait behind audio work).
+  // Errors: INVALID_ARGUMENT (options, format, null model/scheduler/pool, window sizes not a
+  // multiple of the model's encoder frame, missing on_done).
   static absl::StatusOr<std::unique_ptr<StreamSession>> Create(
-      std::shared_ptr<const Model> model, Scheduler* scheduler, SerialExecutor* delivery,
-      const StreamingOptions& options, const AudioFormat& format, Callbacks callbacks);
+      std::shared_ptr<const Model> model, Scheduler* scheduler, TaskPool* frontend,
+      TaskPool* delivery, const StreamingOptions& options, const AudioFormat& format,
+      Callbacks callbacks);
   ~StreamSession();
+
+  // What Create() checks of `options` on `model` without making a session: the options'
+  // ranges, window sizes that are whole encoder frames and that the featurizer accepts.
+  static absl::Status CheckOptions(const Model& model, const StreamingOptions& options);
 
   StreamSession(const StreamSession&) = delete;
   StreamSession& operator=(const StreamSession&) = delete;
 
-  // Appends audio. Any error ends the session: the call returns it and on_done(error) follows.
-  // RESOURCE_EXHAUSTED: pushed while !CanAcceptAudio(). OUT_OF_RANGE: the stream exceeds
-  // max_stream_duration_ms. INVALID_ARGUMENT: bad audio or format (see AudioInput).
-  // UNAVAILABLE: the scheduler is shut down. RESOURCE_EXHAUSTED also when the scheduler's queue
-  // is full (server overloaded). Backend errors pass through. FAILED_PRECONDITION: after
-  // Finish(). CANCELLED: after Cancel(). A session that already failed returns its error.
+  // Appends audio: copies the bytes and queues them for the front-end strand; never decodes on
+  // the caller's thread. Returns at once:
+  //   RESOURCE_EXHAUSTED: pushed while !CanAcceptAudio() (this ends the session);
+  //   FAILED_PRECONDITION: after Finish(); CANCELLED: after Cancel(); a session that already
+  //   failed returns its error.
+  // Errors found while processing the audio end the session with on_done(error) (and later
+  // calls return it): INVALID_ARGUMENT for bad audio or format (see AudioInput), OUT_OF_RANGE
+  // when the stream exceeds max_stream_duration_ms, UNAVAILABLE when the scheduler is shut
+  // down, RESOURCE_EXHAUSTED when the scheduler's queue is full (server overloaded), backend
+  // errors as they come.
   absl::Status PushAudio(absl::Span<const uint8_t> bytes);
 
   // Whether a push is allowed now (buffered_audio_ms() < max_buffered_audio_ms and the session
@@ -118,19 +132,21 @@ class StreamSession {
 
   // Ends the current utterance now: the audio received so far is processed with whatever
   // right context exists, and a final result (even if empty) follows; the next audio starts a
-  // new utterance. Errors as PushAudio (except RESOURCE_EXHAUSTED / OUT_OF_RANGE).
+  // new utterance. Queued after the audio pushed before it. Errors as PushAudio (except
+  // RESOURCE_EXHAUSTED).
   absl::Status ForceFinal();
 
   // End of audio: processes the rest (the last window with the right context there is), emits
   // the last final result, then on_done(OK). A stream with no final result so far gets one
-  // (possibly empty) final result. Idempotent errors as PushAudio.
+  // (possibly empty) final result. Queued after the audio pushed before it. Idempotent; errors
+  // as PushAudio (except RESOURCE_EXHAUSTED).
   absl::Status Finish();
 
   // Drops everything; on_done(CANCELLED) unless on_done was already delivered or queued.
   // Safe at any time, any number of times.
   void Cancel();
 
-  // Unprocessed audio held, in ms at the model rate.
+  // Unprocessed audio held (see max_buffered_audio_ms), in ms at the model rate.
   int64_t buffered_audio_ms() const;
 
   class Impl;  // engine/streaming/stream_session.cc

@@ -38,6 +38,12 @@ Windower::Windower(const Model* model, const WindowGeometry& geometry, int max_i
 
 void Windower::Append(absl::Span<const float> samples, absl::Time now) {
   if (samples.empty()) return;
+  // Compact when the dead prefix dominates (amortized O(1) per sample). Here rather than in
+  // Cut(): the cuts' views stay valid until the next Append().
+  if (buffer_offset_ > 0 && buffer_offset_ >= buffer_.size() / 2) {
+    buffer_.erase(buffer_.begin(), buffer_.begin() + static_cast<std::ptrdiff_t>(buffer_offset_));
+    buffer_offset_ = 0;
+  }
   buffer_.insert(buffer_.end(), samples.begin(), samples.end());
   audio_end_ += static_cast<int64_t>(samples.size());
   arrivals_.emplace_back(audio_end_, now);
@@ -110,7 +116,7 @@ void Windower::Cut(absl::Time now, std::vector<WindowCut>* cuts) {
     cut.first_sample = window_start;
     const size_t from = buffer_offset_ + static_cast<size_t>(window_start - buffer_start_);
     const size_t to = buffer_offset_ + static_cast<size_t>(window_end - buffer_start_);
-    cut.audio.assign(buffer_.begin() + from, buffer_.begin() + to);
+    cut.audio = absl::MakeConstSpan(buffer_.data() + from, to - from);
     pipeline_.emplace(cut.seq, std::move(pending));
     ++inflight_;
     cuts->push_back(std::move(cut));
@@ -126,11 +132,6 @@ void Windower::Trim() {
   if (keep_from > buffer_start_) {
     buffer_offset_ += static_cast<size_t>(keep_from - buffer_start_);
     buffer_start_ = keep_from;
-  }
-  // Compact when the dead prefix dominates (amortized O(1) per sample).
-  if (buffer_offset_ > 0 && buffer_offset_ >= buffer_.size() / 2) {
-    buffer_.erase(buffer_.begin(), buffer_.begin() + static_cast<std::ptrdiff_t>(buffer_offset_));
-    buffer_offset_ = 0;
   }
   while (arrivals_.size() > 1 && arrivals_.front().first < buffer_start_) arrivals_.pop_front();
 }
@@ -154,6 +155,7 @@ void Windower::Clear() {
   pipeline_.clear();
   flush_marks_.clear();
   buffer_.clear();
+  buffer_.shrink_to_fit();
   buffer_offset_ = 0;
   inflight_ = 0;
 }

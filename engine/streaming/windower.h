@@ -57,7 +57,9 @@ struct WindowSlot {
 struct WindowCut {
   int64_t seq = 0;
   int64_t first_sample = 0;
-  std::vector<float> audio;
+  // A view into the windower's buffer (no copy), valid until the windower's next Append() or
+  // Clear(), or its destruction.
+  absl::Span<const float> audio;
 };
 
 class Windower {
@@ -72,7 +74,9 @@ class Windower {
   void Flush(WindowSlot::Kind kind, absl::Time now);
   // Cuts every window that can be cut now (its right context arrived, or a flush allows it)
   // while fewer than max_inflight are out, and queues the markers they reach; appends the
-  // cuts. Drops audio no later window needs. `now` stands in for an arrival time not recorded.
+  // cuts (views into the buffer: see WindowCut). Marks audio no later window needs as
+  // dropped; its memory is reused by a later Append(). `now` stands in for an arrival time not
+  // recorded.
   void Cut(absl::Time now, std::vector<WindowCut>* cuts);
   // The result of window `seq`; false when no such window is out.
   bool Complete(int64_t seq, absl::StatusOr<WindowResult> result);

@@ -1,0 +1,85 @@
+// TaskPool: a fixed set of threads that run posted tasks, and Strands: queues of tasks that run
+// in the order posted, one at a time, on whichever of the pool's threads is free.
+//
+// The engine has two pools (server/serving_engine.h): the front-end pool, where each session's
+// audio work (decoding, resampling, cutting windows, featurizing, submitting them) runs on the
+// session's front-end strand, and the delivery pool, where each session's results go to the
+// server on the session's delivery strand. Strands take turns: a thread runs one task of a
+// strand, then puts the strand at the back of the pool's queue if it has more, so a strand with
+// a long backlog (a long offline request) delays another strand's next task by at most one task
+// per thread, and one strand whose task is slow holds up only that strand and one thread.
+//
+// Ownership: the pool owns its threads and the queue of strands that have tasks; a strand owns
+// its tasks and is shared (std::shared_ptr) by its user and, while it has tasks, by the pool.
+// The pool must outlive every Post() to its strands. Destruction runs every task posted before
+// it (and the tasks those post), then joins; a task posted after the threads have been joined
+// runs on the posting thread (only during an owner's teardown, when pools post to each other).
+// Thread-safety: thread-safe; Post() may be called from any thread, including from a task.
+#ifndef JASPER_ENGINE_STREAMING_TASK_POOL_H_
+#define JASPER_ENGINE_STREAMING_TASK_POOL_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace jasper {
+
+class TaskPool {
+ public:
+  class Strand;
+
+  // `threads` is clamped to [1, 256].
+  explicit TaskPool(int threads);
+  ~TaskPool();
+  TaskPool(const TaskPool&) = delete;
+  TaskPool& operator=(const TaskPool&) = delete;
+
+  // A new, empty strand of this pool.
+  std::shared_ptr<Strand> NewStrand();
+  int threads() const { return static_cast<int>(threads_.size()); }
+  // Tasks run so far (for tests and metrics).
+  int64_t tasks_run() const;
+
+ private:
+  friend class Strand;
+  // Queues a strand that has tasks (or runs it here once every thread has exited).
+  void Schedule(std::shared_ptr<Strand> strand);
+  void Loop();
+
+  // std::mutex rather than absl::Mutex: see engine/streaming/clock.h (ThreadSanitizer).
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Strand>> ready_;  // guarded by mu_; strands with tasks, in turn
+  bool stop_ = false;                          // guarded by mu_
+  int live_threads_ = 0;   // guarded by mu_; threads not yet exited (0: run posts inline)
+  int64_t tasks_run_ = 0;  // guarded by mu_
+  std::vector<std::thread> threads_;
+};
+
+class TaskPool::Strand : public std::enable_shared_from_this<Strand> {
+ public:
+  // Runs `fn` on a pool thread after every task posted to this strand before it, never at the
+  // same time as another task of this strand.
+  void Post(std::function<void()> fn);
+
+ private:
+  friend class TaskPool;
+  explicit Strand(TaskPool* pool) : pool_(pool) {}
+  // Runs the oldest task; true when more wait (the caller queues the strand again).
+  bool RunOne();
+
+  TaskPool* const pool_;
+  std::mutex mu_;
+  std::deque<std::function<void()>> tasks_;  // guarded by mu_
+  bool scheduled_ = false;                   // guarded by mu_: queued in the pool or running a task
+};
+
+}  // namespace jasper
+
+#endif  // JASPER_ENGINE_STREAMING_TASK_POOL_H_
