@@ -1,5 +1,7 @@
 #include "engine/runtime/backend.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu_features.h"
 
@@ -51,6 +53,29 @@ absl::Status BackendOptions::Validate() const {
   }
   if (cuda_device < 0) return absl::InvalidArgumentError("cuda_device must be >= 0");
   return absl::OkStatus();
+}
+
+absl::StatusOr<PaddedFeatureBatch> PaddedFeatureBatch::Pack(
+    const std::vector<const Features*>& members) {
+  if (members.empty()) return absl::InvalidArgumentError("an empty batch");
+  PaddedFeatureBatch out;
+  out.features_ = members[0]->num_features;
+  for (const Features* f : members) {
+    if (f->num_features != out.features_) {
+      return absl::InvalidArgumentError(absl::StrCat("features with ", f->num_features,
+                                                     " channels in a batch of ", out.features_));
+    }
+    out.time_ = std::max(out.time_, f->padded_frames);
+  }
+  const size_t stride = static_cast<size_t>(out.time_) * out.features_;
+  out.data_.assign(members.size() * stride, 0.0f);
+  out.lengths_.reserve(members.size());
+  for (size_t b = 0; b < members.size(); ++b) {
+    const Features* f = members[b];
+    std::copy(f->data.begin(), f->data.end(), out.data_.begin() + b * stride);
+    out.lengths_.push_back(f->valid_frames);
+  }
+  return out;
 }
 
 absl::Status ValidateFeatureBatch(const FeatureBatch& input, const ModelConfig& config,

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/features/features.h"
 #include "engine/model/model.h"
 #include "kernels/precision.h"
 #include "kernels/sub_block.h"
@@ -32,6 +33,24 @@ struct FeatureBatch {
   int time = 0;
   int features = 0;
   const int* lengths = nullptr;
+};
+
+// The one copy of features into a batch: several utterances' (or windows') features padded with
+// zeros to the longest, [batch, time, features], with their valid lengths. Used by the
+// scheduler and the offline recognizer. Owns its tensor; batch() borrows it.
+class PaddedFeatureBatch {
+ public:
+  // `members`: at least one, all with the same num_features (INVALID_ARGUMENT otherwise).
+  static absl::StatusOr<PaddedFeatureBatch> Pack(const std::vector<const Features*>& members);
+  FeatureBatch batch() const {
+    return {data_.data(), static_cast<int>(lengths_.size()), time_, features_, lengths_.data()};
+  }
+
+ private:
+  std::vector<float> data_;
+  std::vector<int> lengths_;
+  int time_ = 0;
+  int features_ = 0;
 };
 
 // Per-frame CTC outputs of one batch, host memory. `time` is the padded encoder time; entries at

@@ -177,35 +177,11 @@ void Scheduler::WorkerLoop(int replica) {
 
 namespace {
 
-// Copies the members' features into one zero-padded [batch, time, features] tensor.
-void PackBatch(const std::vector<const Features*>& members, std::vector<float>* data,
-               std::vector<int>* lengths, int* time) {
-  const int width = members[0]->num_features;
-  int t = 0;
-  for (const Features* f : members) t = std::max(t, f->padded_frames);
-  data->assign(static_cast<size_t>(members.size()) * t * width, 0.0f);
-  lengths->clear();
-  for (size_t b = 0; b < members.size(); ++b) {
-    const Features* f = members[b];
-    std::copy(f->data.begin(), f->data.end(), data->begin() + static_cast<size_t>(b) * t * width);
-    lengths->push_back(f->valid_frames);
-  }
-  *time = t;
-}
-
 absl::Status RunOn(Backend* backend, const std::vector<const Features*>& members,
                    BackendOutput* out) {
-  std::vector<float> data;
-  std::vector<int> lengths;
-  int time = 0;
-  PackBatch(members, &data, &lengths, &time);
-  FeatureBatch in;
-  in.data = data.data();
-  in.batch = static_cast<int>(members.size());
-  in.time = time;
-  in.features = members[0]->num_features;
-  in.lengths = lengths.data();
-  return backend->Run(in, out);
+  absl::StatusOr<PaddedFeatureBatch> padded = PaddedFeatureBatch::Pack(members);
+  if (!padded.ok()) return padded.status();
+  return backend->Run(padded->batch(), out);
 }
 
 WindowResult Extract(const BackendOutput& out, int b) {
