@@ -15,13 +15,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/decoding/ctc.h"
+#include "engine/decoding/ctc_beam.h"
+#include "engine/decoding/ngram_lm.h"
+#include "engine/decoding/phrase_boost.h"
 #include "engine/features/features.h"
 #include "engine/model/model.h"
-#include "engine/model/ngram_lm.h"
 #include "engine/runtime/backend.h"
-#include "engine/streaming/ctc.h"
-#include "engine/streaming/ctc_beam.h"
-#include "engine/streaming/phrase_boost.h"
 
 namespace jasper {
 

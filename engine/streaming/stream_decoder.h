@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "engine/decoding/ctc.h"
+#include "engine/decoding/ctc_beam.h"
 #include "engine/model/model.h"
-#include "engine/streaming/ctc.h"
-#include "engine/streaming/ctc_beam.h"
 #include "engine/streaming/window_result.h"
 #include "engine/streaming/windower.h"
 

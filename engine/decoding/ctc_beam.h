@@ -18,8 +18,8 @@
 //
 // Ownership: borrows the LM and the boost (both may be null; they must outlive the decoder).
 // Thread-safety: not thread-safe (a per-stream value).
-#ifndef JASPER_ENGINE_STREAMING_CTC_BEAM_H_
-#define JASPER_ENGINE_STREAMING_CTC_BEAM_H_
+#ifndef JASPER_ENGINE_DECODING_CTC_BEAM_H_
+#define JASPER_ENGINE_DECODING_CTC_BEAM_H_
 
 #include <cstdint>
 #include <memory>
@@ -28,9 +28,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "engine/model/ngram_lm.h"
-#include "engine/streaming/ctc.h"
-#include "engine/streaming/phrase_boost.h"
+#include "engine/decoding/ctc.h"
+#include "engine/decoding/ngram_lm.h"
+#include "engine/decoding/phrase_boost.h"
 
 namespace jasper {
 
@@ -55,7 +55,7 @@ struct BeamOptions {
 };
 
 // How transcripts are decoded from the backend's output: greedy CTC (the default), or CTC
-// prefix beam search (engine/streaming/ctc_beam.h) with an optional word LM and phrase boosts.
+// prefix beam search (engine/decoding/ctc_beam.h) with an optional word LM and phrase boosts.
 // Beam search reads the full log-probabilities: the backend must keep them
 // (BackendOptions::keep_log_probs).
 // Validate(): INVALID_ARGUMENT naming the field (beam options) when beam is set.
@@ -154,4 +154,4 @@ class CtcBeamDecoder {
 
 }  // namespace jasper
 
-#endif  // JASPER_ENGINE_STREAMING_CTC_BEAM_H_
+#endif  // JASPER_ENGINE_DECODING_CTC_BEAM_H_

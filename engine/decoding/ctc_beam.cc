@@ -1,4 +1,4 @@
-#include "engine/streaming/ctc_beam.h"
+#include "engine/decoding/ctc_beam.h"
 
 #include <algorithm>
 #include <cmath>

@@ -3,8 +3,8 @@
 //
 // Thread-safety: GreedyCtcDecoder is a per-stream value type, not thread-safe; the free
 // functions are pure.
-#ifndef JASPER_ENGINE_STREAMING_CTC_H_
-#define JASPER_ENGINE_STREAMING_CTC_H_
+#ifndef JASPER_ENGINE_DECODING_CTC_H_
+#define JASPER_ENGINE_DECODING_CTC_H_
 
 #include <string>
 #include <vector>
@@ -54,4 +54,4 @@ std::vector<WordInfo> TokensToWords(absl::Span<const CtcToken> tokens,
 
 }  // namespace jasper
 
-#endif  // JASPER_ENGINE_STREAMING_CTC_H_
+#endif  // JASPER_ENGINE_DECODING_CTC_H_
