@@ -65,4 +65,15 @@ std::vector<WordInfo> TokensToWords(absl::Span<const CtcToken> tokens,
   return words;
 }
 
+TokensDescription DescribeTokens(absl::Span<const CtcToken> tokens,
+                                 const std::vector<std::string>& labels, double ms_per_frame) {
+  TokensDescription d;
+  d.text = TokensToText(tokens, labels);
+  d.words = TokensToWords(tokens, labels, ms_per_frame);
+  float sum = 0.0f;
+  for (const WordInfo& w : d.words) sum += w.confidence;
+  d.confidence = d.words.empty() ? 0.0f : sum / static_cast<float>(d.words.size());
+  return d;
+}
+
 }  // namespace jasper

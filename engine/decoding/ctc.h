@@ -52,6 +52,15 @@ std::string TokensToText(absl::Span<const CtcToken> tokens, const std::vector<st
 std::vector<WordInfo> TokensToWords(absl::Span<const CtcToken> tokens,
                                     const std::vector<std::string>& labels, double ms_per_frame);
 
+// What a result reports of its tokens, whatever the decoder (streaming and offline alike).
+struct TokensDescription {
+  std::string text;             // TokensToText
+  std::vector<WordInfo> words;  // TokensToWords: times in ms, confidences in [0, 1]
+  float confidence = 0.0f;      // mean of the word confidences, in [0, 1]; 0 without words
+};
+TokensDescription DescribeTokens(absl::Span<const CtcToken> tokens,
+                                 const std::vector<std::string>& labels, double ms_per_frame);
+
 }  // namespace jasper
 
 #endif  // JASPER_ENGINE_DECODING_CTC_H_

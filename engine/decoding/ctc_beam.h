@@ -22,7 +22,6 @@
 #define JASPER_ENGINE_DECODING_CTC_BEAM_H_
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,20 +51,6 @@ struct BeamOptions {
 
   // INVALID_ARGUMENT naming the field.
   absl::Status Validate() const;
-};
-
-// How transcripts are decoded from the backend's output: greedy CTC (the default), or CTC
-// prefix beam search (engine/decoding/ctc_beam.h) with an optional word LM and phrase boosts.
-// Beam search reads the full log-probabilities: the backend must keep them
-// (BackendOptions::keep_log_probs).
-// Validate(): INVALID_ARGUMENT naming the field (beam options) when beam is set.
-struct DecoderConfig {
-  bool beam = false;
-  BeamOptions beam_options;
-  std::shared_ptr<const NgramLm> lm;         // may be null
-  std::shared_ptr<const PhraseBoost> boost;  // may be null
-
-  absl::Status Validate() const { return beam ? beam_options.Validate() : absl::OkStatus(); }
 };
 
 class CtcBeamDecoder {
