@@ -1,4 +1,4 @@
-// Fuzz target: the language model readers (engine/model/ngram_lm.h). The input is tried as a
+// Fuzz target: the language model readers (engine/decoding/ngram_lm.h). The input is tried as a
 // binary image (FromBinary: header, offsets, strings and table checked against each other and
 // the size) and as ARPA text (FromArpa); whatever loads is queried (scores must be finite) and,
 // for ARPA, converted to binary and loaded back.
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "engine/model/ngram_lm.h"
+#include "engine/decoding/ngram_lm.h"
 
 namespace {
 

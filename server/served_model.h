@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model/model.h"
-#include "engine/model/ngram_lm.h"
+#include "engine/decoding/ngram_lm.h"
 #include "engine/runtime/backend.h"
 #include "engine/streaming/scheduler.h"
 #include "server/server_options.h"

@@ -38,7 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/streaming/ctc.h"
+#include "engine/decoding/ctc.h"
 #include "engine/streaming/stream_session.h"
 #include "server/serving_engine.h"
 #include "server/stream_call.h"

@@ -36,7 +36,7 @@
 #include "absl/time/time.h"
 #include "engine/audio/audio_input.h"
 #include "engine/model/model.h"
-#include "engine/model/ngram_lm.h"
+#include "engine/decoding/ngram_lm.h"
 #include "engine/streaming/scheduler.h"
 #include "engine/streaming/stream_session.h"
 #include "engine/streaming/task_pool.h"

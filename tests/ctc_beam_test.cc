@@ -1,8 +1,8 @@
-// CtcBeamDecoder and PhraseBoost (engine/streaming/ctc_beam.h, phrase_boost.h) on hand-made and
+// CtcBeamDecoder and PhraseBoost (engine/decoding/ctc_beam.h, phrase_boost.h) on hand-made and
 // random log-probability matrices: beam 1 equals greedy exactly, a wider beam sums paths, the
 // LM flips an acoustically ambiguous word, boosting recovers a word greedy misses and leaves
 // others alone, streaming in pieces equals one call, compaction changes nothing.
-#include "engine/streaming/ctc_beam.h"
+#include "engine/decoding/ctc_beam.h"
 
 #include <cmath>
 #include <map>
@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/ngram_lm.h"
-#include "engine/streaming/ctc.h"
-#include "engine/streaming/phrase_boost.h"
+#include "engine/decoding/ctc.h"
+#include "engine/decoding/ngram_lm.h"
+#include "engine/decoding/phrase_boost.h"
 #include "gtest/gtest.h"
 
 namespace jasper {

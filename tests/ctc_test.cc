@@ -1,4 +1,4 @@
-#include "engine/streaming/ctc.h"
+#include "engine/decoding/ctc.h"
 
 #include <cmath>
 #include <random>

@@ -15,9 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/decoding/ngram_lm.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
-#include "engine/model/ngram_lm.h"
 #include "engine/model/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

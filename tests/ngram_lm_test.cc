@@ -1,7 +1,7 @@
-// NgramLm (engine/model/ngram_lm.h) against a brute-force ARPA scorer written here from the
+// NgramLm (engine/decoding/ngram_lm.h) against a brute-force ARPA scorer written here from the
 // format's definition, on a small hand-made trigram model: every score on random sequences
 // (out-of-vocabulary words included), the binary round trip, and malformed inputs.
-#include "engine/model/ngram_lm.h"
+#include "engine/decoding/ngram_lm.h"
 
 #include <cmath>
 #include <cstdio>

@@ -176,5 +176,30 @@ TEST_F(StreamDecoderTest, NoInterimForTheLastWindowBeforeAFlush) {
   EXPECT_EQ(out[0].transcript, "ok");
 }
 
+TEST_F(StreamDecoderTest, BadBeamOptionsRefuseEveryWindow) {
+  DecoderConfig config;
+  config.beam = true;
+  config.beam_options.beam_width = 0;
+  StreamDecoder d(model_->get(), 0, true, config);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<SessionResult> out;
+  auto [s0, r0] = Window(0, "ok", 0, 2, 0, T(0));
+  EXPECT_EQ(d.DecodeWindow(s0, r0, T(0), &out).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(out.empty());
+}
+
+TEST_F(StreamDecoderTest, BeamSearchNeedsLogProbs) {
+  DecoderConfig config;
+  config.beam = true;
+  StreamDecoder d(model_->get(), 0, true, config);
+  ASSERT_TRUE(d.status().ok());
+  std::vector<SessionResult> out;
+  auto [s0, r0] = Window(0, "ok", 0, 2, 0, T(0));  // no log_probs
+  const absl::Status s = d.DecodeWindow(s0, r0, T(0), &out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), "beam search needs the backend's log-probabilities (keep_log_probs)");
+  EXPECT_TRUE(out.empty());
+}
+
 }  // namespace
 }  // namespace jasper

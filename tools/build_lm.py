@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Builds a word n-gram LM (interpolated modified Kneser-Ney, Chen & Goodman 1998) as ARPA text
-from English text that Debian ships, for beam search (engine/streaming/ctc_beam.h), then the
+from English text that Debian ships, for beam search (engine/decoding/ctc_beam.h), then the
 compact binary form with jasper-lm.
 
   python3 tools/build_lm.py --out models/quartznet_en_tts_small/lm.arpa \\

@@ -1,4 +1,4 @@
-// jasper-lm: the word n-gram LM of beam search (engine/model/ngram_lm.h) on the command line.
+// jasper-lm: the word n-gram LM of beam search (engine/decoding/ngram_lm.h) on the command line.
 //
 //   jasper-lm convert in.arpa out.bin     ARPA text -> the binary form (checked by loading it)
 //   jasper-lm info lm.bin|lm.arpa         order, vocabulary, n-grams per order, load time
@@ -15,7 +15,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
-#include "engine/model/ngram_lm.h"
+#include "engine/decoding/ngram_lm.h"
 
 namespace {
 

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/decoding/ngram_lm.h"
 #include "engine/features/features.h"
 #include "engine/model/int8_calibration.h"
 #include "engine/model/model_config.h"
-#include "engine/model/ngram_lm.h"
 #include "kernels/sub_block.h"
 
 namespace jasper {

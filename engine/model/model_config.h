@@ -36,7 +36,7 @@ struct ModelConfig {
   int format_version = 1;
   std::string name;
   // Optional: a file in the model folder holding a word n-gram LM in the binary form of
-  // engine/model/ngram_lm.h (beam search uses it when the server is given no --lm). A plain
+  // engine/decoding/ngram_lm.h (beam search uses it when the server is given no --lm). A plain
   // file name; empty: none.
   std::string language_model;
   FeaturizerConfig featurizer;

@@ -55,9 +55,7 @@ absl::StatusOr<std::vector<Transcript>> OfflineRecognizer::RecognizeBatch(
 }
 
 absl::Status OfflineRecognizer::SetDecoder(DecoderConfig config) {
-  if (config.beam) {
-    JASPER_RETURN_IF_ERROR(config.beam_options.Validate());
-  }
+  JASPER_RETURN_IF_ERROR(config.Validate());
   decoder_ = std::move(config);
   return absl::OkStatus();
 }
@@ -89,30 +87,33 @@ absl::StatusOr<std::vector<Transcript>> OfflineRecognizer::RecognizeFeatures(
   JASPER_RETURN_IF_ERROR(backend_->Run(input, out));
 
   const std::vector<std::string>& labels = model_->config().labels;
+  JASPER_ASSIGN_OR_RETURN(std::unique_ptr<CtcDecoder> decoder,
+                          CreateCtcDecoder(decoder_, &labels, model_->config().blank_id()));
+  // The full log-probabilities when the backend kept them (beam search needs them).
+  const bool have_log_probs =
+      out->vocab > 0 &&
+      out->log_probs.size() == static_cast<size_t>(batch) * out->time * out->vocab;
   std::vector<Transcript> transcripts(batch);
   for (int b = 0; b < batch; ++b) {
     Transcript& t = transcripts[b];
     const size_t offset = static_cast<size_t>(b) * out->time;
     const int length = out->lengths[b];
-    if (decoder_.beam) {
-      if (out->log_probs.size() != static_cast<size_t>(batch) * out->time * out->vocab) {
-        return absl::FailedPreconditionError(
-            "beam decoding needs the backend's log-probabilities (keep_log_probs)");
-      }
-      CtcBeamDecoder beam(&labels, model_->config().blank_id(), decoder_.beam_options,
-                          decoder_.lm.get(), decoder_.boost.get());
-      beam.Feed(out->log_probs.data() + offset * out->vocab, length, out->vocab, 0);
-      t.tokens = beam.Finish();
-    } else {
-      GreedyCtcDecoder decoder(model_->config().blank_id());
-      decoder.Feed(absl::MakeConstSpan(out->ids.data() + offset, length),
-                   absl::MakeConstSpan(out->best_log_probs.data() + offset, length), 0, &t.tokens);
+    CtcFrames frames;
+    frames.ids = absl::MakeConstSpan(out->ids.data() + offset, length);
+    frames.best_log_probs = absl::MakeConstSpan(out->best_log_probs.data() + offset, length);
+    if (have_log_probs) {
+      frames.log_probs = absl::MakeConstSpan(out->log_probs.data() + offset * out->vocab,
+                                             static_cast<size_t>(length) * out->vocab);
+      frames.vocab = out->vocab;
     }
-    t.text = TokensToText(t.tokens, labels);
-    t.words = TokensToWords(t.tokens, labels, ms_per_frame());
-    float sum = 0.0f;
-    for (const WordInfo& w : t.words) sum += w.confidence;
-    t.confidence = t.words.empty() ? 0.0f : sum / static_cast<float>(t.words.size());
+    frames.frames = length;
+    decoder->Reset();
+    JASPER_RETURN_IF_ERROR(decoder->Feed(frames));
+    t.tokens = decoder->Finish();
+    TokensDescription d = DescribeTokens(t.tokens, labels, ms_per_frame());
+    t.text = std::move(d.text);
+    t.words = std::move(d.words);
+    t.confidence = d.confidence;
     t.encoder_frames = length;
   }
   return transcripts;

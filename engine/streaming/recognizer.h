@@ -1,5 +1,5 @@
-// Offline recognition: whole utterances -> features -> backend -> CTC decoding (greedy, or beam
-// search with an LM and boosts: SetDecoder) -> transcripts.
+// Offline recognition: whole utterances -> features -> backend -> CTC decoding (a CtcDecoder:
+// greedy, or beam search with an LM and boosts: SetDecoder) -> transcripts.
 // Used by the offline command (tools/transcribe.cc) and the parity tests. The server's
 // streaming path uses the scheduler and sessions instead; both share Featurizer, Backend and
 // the CTC decoder.
@@ -15,13 +15,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/decoding/ctc.h"
+#include "engine/decoding/ctc_decoder.h"
 #include "engine/features/features.h"
 #include "engine/model/model.h"
-#include "engine/model/ngram_lm.h"
 #include "engine/runtime/backend.h"
-#include "engine/streaming/ctc.h"
-#include "engine/streaming/ctc_beam.h"
-#include "engine/streaming/phrase_boost.h"
 
 namespace jasper {
 

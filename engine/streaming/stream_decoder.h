@@ -1,7 +1,8 @@
-// StreamDecoder: CTC over a stream's windows, in order: a window's chunk frames give final
-// tokens (greedy, the previous token carried across windows), its look-ahead frames give
-// interim text (decoded on a copy, never committed); the endpoint rule splits the stream into
-// utterances; results are built here (text, words and times, confidence, latency).
+// StreamDecoder: CTC over a stream's windows, in order: a window's chunk frames are committed
+// to the stream's CtcDecoder (engine/decoding/ctc_decoder.h: greedy or beam search, the state
+// carried across windows), its look-ahead frames give interim text (CtcDecoder::Peek, never
+// committed); the endpoint rule splits the stream into utterances; results are built here
+// (text, words and times, confidence: DescribeTokens; latency).
 // A plain value: no locks, threads or clock (the caller passes `now`), unit-tested on
 // hand-made window results. StreamSession holds one under its lock.
 //
@@ -12,14 +13,15 @@
 #define JASPER_ENGINE_STREAMING_STREAM_DECODER_H_
 
 #include <cstdint>
-#include <optional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "engine/decoding/ctc.h"
+#include "engine/decoding/ctc_decoder.h"
 #include "engine/model/model.h"
-#include "engine/streaming/ctc.h"
-#include "engine/streaming/ctc_beam.h"
 #include "engine/streaming/window_result.h"
 #include "engine/streaming/windower.h"
 
@@ -60,9 +62,14 @@ class StreamDecoder {
  public:
   // endpoint_silence_frames: EndpointRule's (0: off); interim_results: emit is_final=false
   // results after each window; decoder: greedy, or beam search (the window results must then
-  // carry log_probs; its LM and boost must outlive the decoder).
+  // carry log_probs; the decoder shares its LM and boost). The config should be valid
+  // (StreamingOptions::Validate checks it); if not, status() and every DecodeWindow() return
+  // CreateCtcDecoder's INVALID_ARGUMENT and nothing is decoded.
   StreamDecoder(const Model* model, int endpoint_silence_frames, bool interim_results,
                 const DecoderConfig& decoder = {});
+
+  // OK, or the decoder config's error (see the constructor).
+  const absl::Status& status() const { return status_; }
 
   // Decodes a window's chunk frames (final tokens, ending utterances at endpoints), then its
   // look-ahead frames as interim text unless the slot is the last before a flush. Appends
@@ -78,8 +85,6 @@ class StreamDecoder {
   int utterance_index() const { return utterance_index_; }
 
  private:
-  absl::Status DecodeWindowBeam(const WindowSlot& slot, const WindowResult& r, absl::Time now,
-                                int total, int begin, int end, std::vector<SessionResult>* out);
   // An interim result of `tokens` unless it repeats the last one.
   void EmitInterim(const std::vector<CtcToken>& tokens, bool from_lookahead, const WindowSlot& slot,
                    absl::Time now, std::vector<SessionResult>* out);
@@ -89,11 +94,10 @@ class StreamDecoder {
 
   const Model* const model_;
   const bool interim_results_;
-  GreedyCtcDecoder decoder_;
+  const int blank_id_;
+  absl::Status status_;                  // CreateCtcDecoder's
+  std::unique_ptr<CtcDecoder> decoder_;  // the current utterance's; null when !status_.ok()
   EndpointRule endpoint_;
-  std::vector<CtcToken> tokens_;        // the current utterance's (greedy)
-  std::optional<CtcBeamDecoder> beam_;  // set for beam search: holds the utterance instead
-  bool speech_ = false;                 // a non-blank argmax frame in this utterance (beam)
   int64_t utterance_start_frame_ = 0;
   int64_t processed_frames_ = 0;
   int utterance_index_ = 0;

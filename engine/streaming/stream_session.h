@@ -46,7 +46,7 @@
 #include "absl/types/span.h"
 #include "engine/audio/audio_input.h"
 #include "engine/model/model.h"
-#include "engine/streaming/ctc.h"
+#include "engine/decoding/ctc.h"
 #include "engine/streaming/scheduler.h"
 #include "engine/streaming/stream_decoder.h"
 #include "engine/streaming/task_pool.h"

@@ -1,4 +1,4 @@
-#include "engine/model/ngram_lm.h"
+#include "engine/decoding/ngram_lm.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -6,7 +6,12 @@
 //
 // Hypotheses are (prefix, whether the last frame was blank); paths reaching the same hypothesis
 // are merged with log-sum-exp. With beam_width 1 the single kept hypothesis is the argmax
-// path, so the tokens equal GreedyCtcDecoder's exactly (ids, frames, log-probs). Scores:
+// path, so the tokens equal GreedyCtcDecoder's exactly (ids, frames, log-probs). A token's
+// log_prob is the peak log-probability of its label over the frames a kept hypothesis stays on
+// it (CtcToken; a prefix opened early at a low probability still gets its spike's). A prefix
+// that is an ancestor of a kept hypothesis keeps its tokens' frames and log-probs (before issue
+// 28 a path re-entering such a prefix restarted them, out of order with its descendants').
+// Scores:
 //   acoustic (natural log) + lm_weight * ln P_LM(words) + word_bonus * words + boost
 // (the word bonus applies with an LM only: it balances the LM's per-word cost).
 // Candidate characters per frame: those within prune_log_prob of the frame's best; hypotheses
@@ -18,19 +23,18 @@
 //
 // Ownership: borrows the LM and the boost (both may be null; they must outlive the decoder).
 // Thread-safety: not thread-safe (a per-stream value).
-#ifndef JASPER_ENGINE_STREAMING_CTC_BEAM_H_
-#define JASPER_ENGINE_STREAMING_CTC_BEAM_H_
+#ifndef JASPER_ENGINE_DECODING_CTC_BEAM_H_
+#define JASPER_ENGINE_DECODING_CTC_BEAM_H_
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "engine/model/ngram_lm.h"
-#include "engine/streaming/ctc.h"
-#include "engine/streaming/phrase_boost.h"
+#include "engine/decoding/ctc.h"
+#include "engine/decoding/ngram_lm.h"
+#include "engine/decoding/phrase_boost.h"
 
 namespace jasper {
 
@@ -52,20 +56,6 @@ struct BeamOptions {
 
   // INVALID_ARGUMENT naming the field.
   absl::Status Validate() const;
-};
-
-// How transcripts are decoded from the backend's output: greedy CTC (the default), or CTC
-// prefix beam search (engine/streaming/ctc_beam.h) with an optional word LM and phrase boosts.
-// Beam search reads the full log-probabilities: the backend must keep them
-// (BackendOptions::keep_log_probs).
-// Validate(): INVALID_ARGUMENT naming the field (beam options) when beam is set.
-struct DecoderConfig {
-  bool beam = false;
-  BeamOptions beam_options;
-  std::shared_ptr<const NgramLm> lm;         // may be null
-  std::shared_ptr<const PhraseBoost> boost;  // may be null
-
-  absl::Status Validate() const { return beam ? beam_options.Validate() : absl::OkStatus(); }
 };
 
 class CtcBeamDecoder {
@@ -97,17 +87,20 @@ class CtcBeamDecoder {
     int parent = -1;
     int label = -1;  // the token this node appends; -1 for the root
     int frame = 0;
-    float log_prob = 0;      // of the token at its first frame (for confidences)
+    float log_prob = 0;      // the token's peak log-prob on kept hypotheses (confidences)
     float static_score = 0;  // LM, bonus and boost of the prefix up to here
     NgramLm::State lm_state;
     int boost_state = PhraseBoost::kRoot;
     int word_start = -1;  // node of the current word's first character (-1: none open)
     bool oov = false;     // the open word has left the LM's vocabulary (penalty applied)
     NgramLm::Prefix lex;  // with an LM and !oov: the vocabulary words the open word begins
-    // A prefix is one node whatever frame its last token came in; frame and log_prob are those
-    // of the path that (re)entered the beam: a node dropped from the beam and reached again
-    // later starts its token at the new frame.
-    int last_live = -1;  // the last frame at which a kept hypothesis ended here
+    // A prefix is one node whatever frame its last token came in; frame is that of the path
+    // that (re)entered the beam, log_prob starts there and rises while a kept hypothesis stays
+    // on the label (a repeat): a node dropped from the beam (no kept hypothesis ends at it or
+    // below it) and reached again later starts its token (frame and log_prob) at the new frame.
+    // Paths that reach the prefix at other frames share the node: its peak may come from any
+    // of them (they are merged, as their probabilities are).
+    int last_live = -1;  // the last frame at which a kept hypothesis ended here or below
     int touched = -1;    // the last frame at which Child() returned it
     // Step()'s merge table, kept in the node (no hashing): where the (node, blank) hypothesis
     // of step `slot_step[blank]` sits in that step's list. Stale stamps never match.
@@ -121,9 +114,10 @@ class CtcBeamDecoder {
   };
   struct Hyp {
     int node = 0;
-    bool blank = true;   // the last frame was blank (or nothing yet)
-    float acoustic = 0;  // log-sum of the merged paths
-    float score = 0;     // acoustic + the node's static score (Step() sets it before sorting)
+    bool blank = true;    // the last frame was blank (or nothing yet)
+    float acoustic = 0;   // log-sum of the merged paths
+    float score = 0;      // acoustic + the node's static score (Step() sets it before sorting)
+    bool stayed = false;  // !blank, and a path in it was on the node's label the frame before
   };
 
   int Child(int parent, int label, int frame, float log_prob);
@@ -154,4 +148,4 @@ class CtcBeamDecoder {
 
 }  // namespace jasper
 
-#endif  // JASPER_ENGINE_STREAMING_CTC_BEAM_H_
+#endif  // JASPER_ENGINE_DECODING_CTC_BEAM_H_

@@ -1,5 +1,6 @@
-#include "engine/streaming/ctc.h"
+#include "engine/decoding/ctc.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 
@@ -10,9 +11,12 @@ void GreedyCtcDecoder::Feed(absl::Span<const int> ids, absl::Span<const float> b
   for (size_t t = 0; t < ids.size(); ++t) {
     const int id = ids[t];
     if (id < 0) continue;  // masked frame
+    const float log_prob = t < best_log_probs.size() ? best_log_probs[t] : 0.0f;
     if (id != blank_id_ && id != previous_) {
-      tokens->push_back({id, first_frame + static_cast<int>(t),
-                         t < best_log_probs.size() ? best_log_probs[t] : 0.0f});
+      tokens->push_back({id, first_frame + static_cast<int>(t), log_prob});
+    } else if (id != blank_id_ && !tokens->empty() && tokens->back().id == id) {
+      // The token's run goes on: its confidence is the run's peak.
+      tokens->back().log_prob = std::max(tokens->back().log_prob, log_prob);
     }
     previous_ = id;
   }
@@ -63,6 +67,17 @@ std::vector<WordInfo> TokensToWords(absl::Span<const CtcToken> tokens,
   }
   flush();
   return words;
+}
+
+TokensDescription DescribeTokens(absl::Span<const CtcToken> tokens,
+                                 const std::vector<std::string>& labels, double ms_per_frame) {
+  TokensDescription d;
+  d.text = TokensToText(tokens, labels);
+  d.words = TokensToWords(tokens, labels, ms_per_frame);
+  float sum = 0.0f;
+  for (const WordInfo& w : d.words) sum += w.confidence;
+  d.confidence = d.words.empty() ? 0.0f : sum / static_cast<float>(d.words.size());
+  return d;
 }
 
 }  // namespace jasper

@@ -1,4 +1,4 @@
-#include "engine/streaming/phrase_boost.h"
+#include "engine/decoding/phrase_boost.h"
 
 #include <algorithm>
 #include <cmath>

@@ -8,8 +8,8 @@
 //
 // Ownership: owns the trie. Thread-safety: immutable after Create(); const methods are safe to
 // call concurrently (one PhraseBoost per request, shared by its decoders).
-#ifndef JASPER_ENGINE_STREAMING_PHRASE_BOOST_H_
-#define JASPER_ENGINE_STREAMING_PHRASE_BOOST_H_
+#ifndef JASPER_ENGINE_DECODING_PHRASE_BOOST_H_
+#define JASPER_ENGINE_DECODING_PHRASE_BOOST_H_
 
 #include <memory>
 #include <string>
@@ -74,4 +74,4 @@ class PhraseBoost {
 
 }  // namespace jasper
 
-#endif  // JASPER_ENGINE_STREAMING_PHRASE_BOOST_H_
+#endif  // JASPER_ENGINE_DECODING_PHRASE_BOOST_H_

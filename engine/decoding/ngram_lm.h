@@ -19,8 +19,8 @@
 //
 // Ownership: owns its mapping (or its vectors). Thread-safety: immutable after creation; every
 // const method is safe to call concurrently.
-#ifndef JASPER_ENGINE_MODEL_NGRAM_LM_H_
-#define JASPER_ENGINE_MODEL_NGRAM_LM_H_
+#ifndef JASPER_ENGINE_DECODING_NGRAM_LM_H_
+#define JASPER_ENGINE_DECODING_NGRAM_LM_H_
 
 #include <cstdint>
 #include <memory>
@@ -130,4 +130,4 @@ class NgramLm {
 
 }  // namespace jasper
 
-#endif  // JASPER_ENGINE_MODEL_NGRAM_LM_H_
+#endif  // JASPER_ENGINE_DECODING_NGRAM_LM_H_

@@ -1,4 +1,4 @@
-#include "engine/streaming/ctc_beam.h"
+#include "engine/decoding/ctc_beam.h"
 
 #include <algorithm>
 #include <cmath>
@@ -134,25 +134,28 @@ void CtcBeamDecoder::Step(const float* lp, int vocab, int frame, std::vector<Hyp
     for (Node& n : nodes_) n.slot_step[0] = n.slot_step[1] = 0;
     step_ = 1;
   }
-  const auto add = [&](int node, bool blank, float acoustic) {
+  const auto add = [&](int node, bool blank, float acoustic, bool stayed) {
     Node& n = nodes_[node];
     if (n.slot_step[blank] != step_) {
       n.slot_step[blank] = step_;
       n.slot[blank] = static_cast<int>(next.size());
-      next.push_back(Hyp{node, blank, acoustic});
+      next.push_back(Hyp{node, blank, acoustic, 0.0f, stayed});
     } else {
       Hyp& h = next[n.slot[blank]];
       h.acoustic = LogAdd(h.acoustic, acoustic);
+      h.stayed = h.stayed || stayed;
     }
   };
   for (const Hyp& h : *hyps) {
-    if (blank_id_ >= 0 && blank_id_ < vocab) add(h.node, true, h.acoustic + lp[blank_id_]);
+    if (blank_id_ >= 0 && blank_id_ < vocab) {
+      add(h.node, true, h.acoustic + lp[blank_id_], false);
+    }
     const int last = nodes_[h.node].label;
-    if (last >= 0 && !h.blank) add(h.node, false, h.acoustic + lp[last]);  // a repeat collapses
+    if (last >= 0 && !h.blank) add(h.node, false, h.acoustic + lp[last], true);  // a repeat
     for (int c = 0; c < vocab; ++c) {
       if (c == blank_id_ || lp[c] < floor) continue;
       if (c == last && !h.blank) continue;  // that is the repeat above
-      add(Child(h.node, c, frame, lp[c]), false, h.acoustic + lp[c]);
+      add(Child(h.node, c, frame, lp[c]), false, h.acoustic + lp[c], false);
     }
   }
   for (Hyp& h : next) h.score = h.acoustic + nodes_[h.node].static_score;
@@ -171,9 +174,19 @@ void CtcBeamDecoder::Step(const float* lp, int vocab, int frame, std::vector<Hyp
   }
   next.resize(kept);
   for (const Hyp& h : next) {
-    if (nodes_[h.node].last_live != frame) {
+    Node& n = nodes_[h.node];
+    // A kept hypothesis that stayed on the node's label (a repeat path merged in it): the
+    // token's frames go on and its peak may rise.
+    if (h.stayed && lp[n.label] > n.log_prob) {
       Journal(h.node);
-      nodes_[h.node].last_live = frame;
+      n.log_prob = lp[n.label];
+    }
+    // The node and its ancestors are live (their tokens are in use: Child() must not restart
+    // them). Stops at the first one already marked this frame: a frame costs one path to the
+    // root (the utterance's tokens) plus the beam's distinct suffixes.
+    for (int a = h.node; a >= 0 && nodes_[a].last_live != frame; a = nodes_[a].parent) {
+      Journal(a);
+      nodes_[a].last_live = frame;
     }
   }
   hyps->swap(next);
