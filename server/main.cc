@@ -119,7 +119,7 @@ ABSL_FLAG(int, max_buffered_audio_ms, kDefaults.streaming.max_buffered_audio_ms,
 ABSL_FLAG(int, max_inflight_windows, kDefaults.streaming.max_inflight_windows,
           "Windows of one stream in the scheduler at once.");
 
-// Decoding (engine/streaming/ctc_beam.h).
+// Decoding (engine/decoding/ctc_decoder.h, ctc_beam.h).
 ABSL_FLAG(std::string, decoder, kDefaults.decoder,
           "greedy or beam (CTC prefix beam search with --lm). Per call: RecognitionConfig.decoder "
           "(jasper API); speech_contexts always use beam.");

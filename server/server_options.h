@@ -112,7 +112,7 @@ struct ServerOptions {
   // `authorization: Bearer <key>` or `x-api-key: <key>`, else UNAUTHENTICATED.
   std::string api_keys_file;
 
-  // Decoding (engine/streaming/ctc_beam.h): "greedy" (default) or "beam". A request may ask
+  // Decoding (engine/decoding/ctc_decoder.h): "greedy" (default) or "beam". A request may ask
   // for either (jasper.asr.v1 RecognitionConfig.decoder); a request with speech_contexts
   // (boosted phrases) is always decoded with beam search.
   std::string decoder = "greedy";

@@ -64,24 +64,20 @@ absl::StatusOr<std::vector<Transcript>> OfflineRecognizer::RecognizeFeatures(
     const std::vector<Features>& features, BackendOutput* outputs) {
   if (features.empty()) return std::vector<Transcript>();
   const int num_features = model_->config().feat_in;
-  int time = 0;
+  std::vector<const Features*> members;
+  members.reserve(features.size());
   for (const Features& f : features) {
     if (f.num_features != num_features) {
       return absl::InvalidArgumentError(absl::StrCat("features have ", f.num_features,
                                                      " channels, model expects ", num_features));
     }
-    time = std::max(time, f.padded_frames);
+    members.push_back(&f);
   }
   const int batch = static_cast<int>(features.size());
-  // Pad every utterance to the longest; the lengths keep the padding masked.
-  std::vector<float> padded(static_cast<size_t>(batch) * time * num_features, 0.0f);
-  std::vector<int> lengths(batch);
-  for (int b = 0; b < batch; ++b) {
-    std::copy(features[b].data.begin(), features[b].data.end(),
-              padded.begin() + static_cast<size_t>(b) * time * num_features);
-    lengths[b] = features[b].valid_frames;
-  }
-  FeatureBatch input{padded.data(), batch, time, num_features, lengths.data()};
+  // Padded to the longest; the lengths keep the padding masked.
+  absl::StatusOr<PaddedFeatureBatch> padded = PaddedFeatureBatch::Pack(members);
+  if (!padded.ok()) return padded.status();
+  const FeatureBatch input = padded->batch();
   BackendOutput local;
   BackendOutput* out = outputs != nullptr ? outputs : &local;
   JASPER_RETURN_IF_ERROR(backend_->Run(input, out));
