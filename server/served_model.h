@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model/model.h"
 #include "engine/decoding/ngram_lm.h"
+#include "engine/model/model.h"
 #include "engine/runtime/backend.h"
 #include "engine/streaming/scheduler.h"
 #include "server/server_options.h"

@@ -21,8 +21,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engine/features/fft.h"
 #include "engine/features/featurizer_config.h"
+#include "engine/features/fft.h"
 
 namespace jasper {
 
