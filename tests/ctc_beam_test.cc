@@ -14,19 +14,16 @@
 #include "engine/decoding/ngram_lm.h"
 #include "engine/decoding/phrase_boost.h"
 #include "gtest/gtest.h"
+#include "tests/peaky_ctc.h"
 
 namespace jasper {
 namespace {
 
-// The fixture models' vocabulary: " ", a..z, "'"; blank = 28.
-std::vector<std::string> Labels() {
-  std::vector<std::string> l = {" "};
-  for (char c = 'a'; c <= 'z'; ++c) l.emplace_back(1, c);
-  l.emplace_back("'");
-  return l;
-}
-constexpr int kVocab = 29;
-constexpr int kBlank = 28;
+// The fixture models' vocabulary (tests/peaky_ctc.h).
+constexpr int kVocab = test_util::kPeakyVocab;
+constexpr int kBlank = test_util::kPeakyBlank;
+std::vector<std::string> Labels() { return test_util::FixtureLabels(); }
+using test_util::RandomLogProbs;
 
 int Id(char c) { return c == ' ' ? 0 : c == '_' ? kBlank : c == '\'' ? 27 : c - 'a' + 1; }
 
@@ -50,20 +47,6 @@ std::vector<float> Frames(const std::vector<std::map<char, float>>& spec) {
 }
 
 std::string Text(const std::vector<CtcToken>& tokens) { return TokensToText(tokens, Labels()); }
-
-std::vector<float> RandomLogProbs(std::mt19937& rng, int frames, float sharpness) {
-  std::normal_distribution<float> n(0.0f, sharpness);
-  std::vector<float> lp(static_cast<size_t>(frames) * kVocab);
-  for (int t = 0; t < frames; ++t) {
-    float* row = lp.data() + static_cast<size_t>(t) * kVocab;
-    float max = -1e30f;
-    for (int v = 0; v < kVocab; ++v) max = std::max(max, row[v] = n(rng) + (v == kBlank ? 2 : 0));
-    float sum = 0;
-    for (int v = 0; v < kVocab; ++v) sum += std::exp(row[v] - max);
-    for (int v = 0; v < kVocab; ++v) row[v] = row[v] - max - std::log(sum);
-  }
-  return lp;
-}
 
 TEST(CtcBeamTest, BeamOfOneIsGreedyExactly) {
   const std::vector<std::string> labels = Labels();

@@ -21,15 +21,11 @@
 namespace jasper {
 namespace {
 
-// The fixture models' vocabulary: " ", a..z, "'"; blank = 28.
-std::vector<std::string> Labels() {
-  std::vector<std::string> l = {" "};
-  for (char c = 'a'; c <= 'z'; ++c) l.emplace_back(1, c);
-  l.emplace_back("'");
-  return l;
-}
-constexpr int kVocab = 29;
-constexpr int kBlank = 28;
+// The fixture models' vocabulary (tests/peaky_ctc.h).
+constexpr int kVocab = test_util::kPeakyVocab;
+constexpr int kBlank = test_util::kPeakyBlank;
+std::vector<std::string> Labels() { return test_util::FixtureLabels(); }
+using test_util::RandomLogProbs;
 
 // Log-probabilities [frames, vocab] with their argmax ids and log-probs.
 struct Output {
@@ -58,20 +54,6 @@ struct Output {
     return f;
   }
 };
-
-std::vector<float> RandomLogProbs(std::mt19937& rng, int frames, float sharpness) {
-  std::normal_distribution<float> n(0.0f, sharpness);
-  std::vector<float> lp(static_cast<size_t>(frames) * kVocab);
-  for (int t = 0; t < frames; ++t) {
-    float* row = lp.data() + static_cast<size_t>(t) * kVocab;
-    float max = -1e30f;
-    for (int v = 0; v < kVocab; ++v) max = std::max(max, row[v] = n(rng) + (v == kBlank ? 2 : 0));
-    float sum = 0;
-    for (int v = 0; v < kVocab; ++v) sum += std::exp(row[v] - max);
-    for (int v = 0; v < kVocab; ++v) row[v] = row[v] - max - std::log(sum);
-  }
-  return lp;
-}
 
 void ExpectSameTokens(const std::vector<CtcToken>& a, const std::vector<CtcToken>& b) {
   ASSERT_EQ(a.size(), b.size());

@@ -1,6 +1,6 @@
-// CTC-shaped random log-probabilities for decoder tests: peaky output as trained CTC models give
-// it (blank frames, then a spike of a few frames on each token's label), over the fixture
-// models' vocabulary (" ", a..z, "'"; blank = 28).
+// Decoder test data over the fixture models' vocabulary (" ", a..z, "'"; blank = 28): the
+// labels, random log-probabilities, and CTC-shaped ones (peaky output as trained CTC models give
+// it: blank frames, then a spike of a few frames on each token's label).
 // Thread-safety: pure functions (the caller's generator).
 #ifndef JASPER_TESTS_PEAKY_CTC_H_
 #define JASPER_TESTS_PEAKY_CTC_H_
@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace jasper {
@@ -15,6 +16,30 @@ namespace test_util {
 
 constexpr int kPeakyVocab = 29;
 constexpr int kPeakyBlank = 28;
+
+// The fixture models' labels: " ", a..z, "'" (blank = 28 follows them).
+inline std::vector<std::string> FixtureLabels() {
+  std::vector<std::string> l = {" "};
+  for (char c = 'a'; c <= 'z'; ++c) l.emplace_back(1, c);
+  l.emplace_back("'");
+  return l;
+}
+
+// Frames of normal logits (blank favoured by +2), log-softmaxed: [frames, vocab] natural log.
+inline std::vector<float> RandomLogProbs(std::mt19937& rng, int frames, float sharpness) {
+  std::normal_distribution<float> n(0.0f, sharpness);
+  std::vector<float> lp(static_cast<size_t>(frames) * kPeakyVocab);
+  for (int t = 0; t < frames; ++t) {
+    float* row = lp.data() + static_cast<size_t>(t) * kPeakyVocab;
+    float max = -1e30f;
+    for (int v = 0; v < kPeakyVocab; ++v)
+      max = std::max(max, row[v] = n(rng) + (v == kPeakyBlank ? 2 : 0));
+    float sum = 0;
+    for (int v = 0; v < kPeakyVocab; ++v) sum += std::exp(row[v] - max);
+    for (int v = 0; v < kPeakyVocab; ++v) row[v] = row[v] - max - std::log(sum);
+  }
+  return lp;
+}
 
 // `tokens` tokens (letters, and a space after 2+ letters now and then); per token 1-4 blank
 // frames (2-5 before a repeated label, so that the repeat is a second token), then a spike of

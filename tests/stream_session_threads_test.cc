@@ -56,6 +56,17 @@ class StreamSessionThreadsTest : public StreamSessionTest {
     EXPECT_TRUE(StreamAll(session.get(), &c, ToPcm16(samples), {3200}).ok());
     return c.FinalText();
   }
+
+  // A 16 kHz PCM session on the given pools; null (and the test failed) when Create fails.
+  std::unique_ptr<StreamSession> SessionOn(Scheduler* scheduler, TaskPool* frontend,
+                                           TaskPool* delivery, const StreamingOptions& options,
+                                           StreamSession::Callbacks callbacks) {
+    auto session =
+        StreamSession::Create(*model_, scheduler, frontend, delivery, options,
+                              {AudioEncoding::kLinearPcm16, 16000, 1}, std::move(callbacks));
+    EXPECT_TRUE(session.ok()) << session.status();
+    return session.ok() ? *std::move(session) : nullptr;
+  }
 };
 
 // With the front-end pool's only thread held, PushAudio and Finish still return at once and
@@ -71,14 +82,13 @@ TEST_F(StreamSessionThreadsTest, CallerFacingCallsOnlyEnqueue) {
   Collector c;
   StreamingOptions o;
   o.max_buffered_audio_ms = 20000;
-  auto session = StreamSession::Create(*model_, scheduler.get(), &frontend, &delivery, o,
-                                       {AudioEncoding::kLinearPcm16, 16000, 1}, c.Callbacks());
-  ASSERT_TRUE(session.ok()) << session.status();
+  auto session = SessionOn(scheduler.get(), &frontend, &delivery, o, c.Callbacks());
+  ASSERT_NE(session, nullptr);
   const std::vector<uint8_t> bytes = ToPcm16(*fox_);
-  ASSERT_TRUE((*session)->PushAudio(bytes).ok());
-  ASSERT_TRUE((*session)->Finish().ok());
+  ASSERT_TRUE(session->PushAudio(bytes).ok());
+  ASSERT_TRUE(session->Finish().ok());
   EXPECT_EQ(scheduler->Stats().submitted, 0);  // no window was cut on this thread
-  EXPECT_GE((*session)->buffered_audio_ms(), static_cast<int64_t>(fox_->size() / 16) - 1);
+  EXPECT_GE(session->buffered_audio_ms(), static_cast<int64_t>(fox_->size() / 16) - 1);
   EXPECT_EQ(c.done_calls(), 0);
   gate.Open();
   ASSERT_TRUE(c.WaitDone().ok());
@@ -102,20 +112,17 @@ TEST_F(StreamSessionThreadsTest, ASlowConsumerHoldsBackNoOtherSession) {
   };
   StreamingOptions o;
   o.endpoint_silence_ms = 0;
-  auto session_a =
-      StreamSession::Create(*model_, scheduler.get(), &frontend, &delivery, o,
-                            {AudioEncoding::kLinearPcm16, 16000, 1}, std::move(a_callbacks));
-  ASSERT_TRUE(session_a.ok());
-  ASSERT_TRUE((*session_a)->PushAudio(ToPcm16(*hello_)).ok());
-  ASSERT_TRUE((*session_a)->Finish().ok());
+  auto session_a = SessionOn(scheduler.get(), &frontend, &delivery, o, std::move(a_callbacks));
+  ASSERT_NE(session_a, nullptr);
+  ASSERT_TRUE(session_a->PushAudio(ToPcm16(*hello_)).ok());
+  ASSERT_TRUE(session_a->Finish().ok());
   while (!a_blocked.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 
   Collector b;
-  auto session_b = StreamSession::Create(*model_, scheduler.get(), &frontend, &delivery, o,
-                                         {AudioEncoding::kLinearPcm16, 16000, 1}, b.Callbacks());
-  ASSERT_TRUE(session_b.ok());
+  auto session_b = SessionOn(scheduler.get(), &frontend, &delivery, o, b.Callbacks());
+  ASSERT_NE(session_b, nullptr);
   std::future<absl::Status> b_done = std::async(
-      std::launch::async, [&] { return StreamAll(session_b->get(), &b, ToPcm16(*fox_), {3200}); });
+      std::launch::async, [&] { return StreamAll(session_b.get(), &b, ToPcm16(*fox_), {3200}); });
   const bool b_finished = b_done.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
   EXPECT_TRUE(b_finished) << "session B's results waited behind session A's consumer";
   EXPECT_EQ(a.done_calls(), 0);  // A is still held
@@ -137,19 +144,16 @@ TEST_F(StreamSessionThreadsTest, ALongBacklogTakesTurnsWithShortStreams) {
   StreamingOptions long_options;
   long_options.max_buffered_audio_ms = 120000;
   long_options.endpoint_silence_ms = 0;
-  auto session_a =
-      StreamSession::Create(*model_, scheduler.get(), &frontend, &delivery, long_options,
-                            {AudioEncoding::kLinearPcm16, 16000, 1}, a.Callbacks());
-  ASSERT_TRUE(session_a.ok());
+  auto session_a = SessionOn(scheduler.get(), &frontend, &delivery, long_options, a.Callbacks());
+  ASSERT_NE(session_a, nullptr);
   const std::vector<uint8_t> fox = ToPcm16(*fox_);
-  for (int i = 0; i < 30; ++i) ASSERT_TRUE((*session_a)->PushAudio(fox).ok());  // ~85 s
-  ASSERT_TRUE((*session_a)->Finish().ok());
+  for (int i = 0; i < 30; ++i) ASSERT_TRUE(session_a->PushAudio(fox).ok());  // ~85 s
+  ASSERT_TRUE(session_a->Finish().ok());
 
   Collector b;
-  auto session_b = StreamSession::Create(*model_, scheduler.get(), &frontend, &delivery, {},
-                                         {AudioEncoding::kLinearPcm16, 16000, 1}, b.Callbacks());
-  ASSERT_TRUE(session_b.ok());
-  ASSERT_TRUE(StreamAll(session_b->get(), &b, ToPcm16(*hello_), {1600}).ok());
+  auto session_b = SessionOn(scheduler.get(), &frontend, &delivery, {}, b.Callbacks());
+  ASSERT_NE(session_b, nullptr);
+  ASSERT_TRUE(StreamAll(session_b.get(), &b, ToPcm16(*hello_), {1600}).ok());
   EXPECT_EQ(a.done_calls(), 0) << "the short stream waited for the whole backlog";
   EXPECT_TRUE(a.WaitDone().ok());
 }

@@ -89,8 +89,9 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
   };
 
   // All with mu_ held:
-  // Queues an input for the front-end strand (the caller posts RunInput after unlocking).
-  void EnqueueInput(Input input);
+  // Queues an input arriving now for the front-end strand (the caller posts RunInput after
+  // unlocking).
+  void EnqueueInput(Input::Kind kind, absl::Span<const uint8_t> bytes = {});
   // Cuts what the windower allows, then processes the slots that are ready.
   void CutWindows(std::vector<Cut>* cuts);
   void ProcessReadySlots();
@@ -222,8 +223,12 @@ int64_t StreamSession::Impl::HeldSamples() const {
          static_cast<int64_t>(static_cast<double>(queued_input_bytes_) * samples_per_input_byte_);
 }
 
-void StreamSession::Impl::EnqueueInput(Input input) {
-  queued_input_bytes_ += static_cast<int64_t>(input.bytes.size());
+void StreamSession::Impl::EnqueueInput(Input::Kind kind, absl::Span<const uint8_t> bytes) {
+  Input input;
+  input.kind = kind;
+  input.bytes.assign(bytes.begin(), bytes.end());
+  input.arrival = clock_->Now();
+  queued_input_bytes_ += static_cast<int64_t>(bytes.size());
   inputs_.push_back(std::move(input));
 }
 
@@ -244,11 +249,7 @@ absl::Status StreamSession::Impl::PushAudio(absl::Span<const uint8_t> bytes) {
       Fail(rejected);
       post = NeedDrain();
     } else {
-      Input input;
-      input.kind = Input::kAudio;
-      input.bytes.assign(bytes.begin(), bytes.end());
-      input.arrival = clock_->Now();
-      EnqueueInput(std::move(input));
+      EnqueueInput(Input::kAudio, bytes);
       if (HeldSamples() >= max_buffered_samples_) space_wanted_ = true;
     }
   }
@@ -275,10 +276,7 @@ absl::Status StreamSession::Impl::ForceFinal() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ != State::kActive) return TerminalStatus();
-    Input input;
-    input.kind = Input::kForceFinal;
-    input.arrival = clock_->Now();
-    EnqueueInput(std::move(input));
+    EnqueueInput(Input::kForceFinal);
   }
   PostFrontEnd(&Impl::RunInput);
   return absl::OkStatus();
@@ -291,10 +289,7 @@ absl::Status StreamSession::Impl::Finish() {
     if (state_ == State::kDone && terminal_.ok()) return absl::OkStatus();
     if (state_ != State::kActive) return TerminalStatus();
     state_ = State::kFinishing;
-    Input input;
-    input.kind = Input::kFinish;
-    input.arrival = clock_->Now();
-    EnqueueInput(std::move(input));
+    EnqueueInput(Input::kFinish);
   }
   PostFrontEnd(&Impl::RunInput);
   return absl::OkStatus();
@@ -311,13 +306,8 @@ void StreamSession::Impl::Cancel(bool notify) {
       submit_done_.wait(lock, [this] { return submitting_ == 0; });
     }
     if (state_ == State::kDone) return;
-    if (notify) {
-      outbox_.clear();  // drop results not yet delivered
-      Fail(absl::CancelledError("the stream was cancelled"));
-    } else {
-      Fail(absl::CancelledError("the session was destroyed"));
-      outbox_.clear();
-    }
+    outbox_.clear();  // drop results not yet delivered (muted: nothing is delivered anyway)
+    Fail(absl::CancelledError(notify ? "the stream was cancelled" : "the session was destroyed"));
     post = NeedDrain();
   }
   if (post) PostDrain();

@@ -25,11 +25,6 @@ std::shared_ptr<TaskPool::Strand> TaskPool::NewStrand() {
   return std::shared_ptr<Strand>(new Strand(this));
 }
 
-int64_t TaskPool::tasks_run() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return tasks_run_;
-}
-
 void TaskPool::Schedule(std::shared_ptr<Strand> strand) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -55,7 +50,6 @@ void TaskPool::Loop() {
       }
       strand = std::move(ready_.front());
       ready_.pop_front();
-      ++tasks_run_;
     }
     if (strand->RunOne()) {
       std::lock_guard<std::mutex> lock(mu_);

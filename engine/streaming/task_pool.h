@@ -19,7 +19,6 @@
 #define JASPER_ENGINE_STREAMING_TASK_POOL_H_
 
 #include <condition_variable>
-#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -43,8 +42,6 @@ class TaskPool {
   // A new, empty strand of this pool.
   std::shared_ptr<Strand> NewStrand();
   int threads() const { return static_cast<int>(threads_.size()); }
-  // Tasks run so far (for tests and metrics).
-  int64_t tasks_run() const;
 
  private:
   friend class Strand;
@@ -53,12 +50,11 @@ class TaskPool {
   void Loop();
 
   // std::mutex rather than absl::Mutex: see engine/streaming/clock.h (ThreadSanitizer).
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Strand>> ready_;  // guarded by mu_; strands with tasks, in turn
   bool stop_ = false;                          // guarded by mu_
-  int live_threads_ = 0;   // guarded by mu_; threads not yet exited (0: run posts inline)
-  int64_t tasks_run_ = 0;  // guarded by mu_
+  int live_threads_ = 0;  // guarded by mu_; threads not yet exited (0: run posts inline)
   std::vector<std::thread> threads_;
 };
 
