@@ -61,6 +61,9 @@ ABSL_FLAG(int, frontend_threads, kDefaults.frontend_threads,
           "result delivery; 0: half the cores, clamped to [2, 8]. [0, 64]");
 ABSL_FLAG(int, delivery_threads, kDefaults.delivery_threads,
           "Threads delivering results to the calls (one strand per call); 0: 2. [0, 64]");
+ABSL_FLAG(bool, prioritize_streams, kDefaults.prioritize_streams,
+          "Offline (Recognize) calls' work waits behind the streams' (false: first come, first "
+          "served).");
 ABSL_FLAG(bool, warmup, kDefaults.warmup, "Run a forward pass before serving.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error.");
 
@@ -181,6 +184,7 @@ int main(int argc, char** argv) {
   options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   options.frontend_threads = absl::GetFlag(FLAGS_frontend_threads);
   options.delivery_threads = absl::GetFlag(FLAGS_delivery_threads);
+  options.prioritize_streams = absl::GetFlag(FLAGS_prioritize_streams);
   options.warmup = absl::GetFlag(FLAGS_warmup);
   options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);

@@ -104,9 +104,10 @@ std::string ServerOptions::ToString() const {
   absl::StrAppendFormat(&out,
                         "device=%s gpu_precision=%s cpu_precision=%s cuda_graphs=%s "
                         "num_workers=%d cpu_threads=%d frontend_threads=%d delivery_threads=%d "
-                        "warmup=%d\n",
+                        "prioritize_streams=%s warmup=%d\n",
                         device, gpu_precision, cpu_precision, cuda_graphs ? "true" : "false",
-                        num_workers, cpu_threads, frontend_threads, delivery_threads, warmup);
+                        num_workers, cpu_threads, frontend_threads, delivery_threads,
+                        prioritize_streams ? "true" : "false", warmup);
   absl::StrAppendFormat(&out,
                         "max_concurrent_streams=%d max_message_bytes=%d max_stream_duration_ms=%d "
                         "idle_timeout_ms=%d shutdown_grace_ms=%d idle_memory_release_ms=%d\n",

@@ -65,6 +65,10 @@ struct ServerOptions {
   // Threads of the delivery pool, where results go to the calls (one strand per call, so a
   // slow call holds up no other). 0 (default): automatic, 2. [0, 64]
   int delivery_threads = 0;
+  // Offline (Recognize) calls run as bulk work: their windows, audio work and deliveries wait
+  // behind every stream's (engine/streaming/priority.h), so long offline requests do not delay
+  // the streams' partial and final results. false: one class, first come first served.
+  bool prioritize_streams = true;
 
   // Streaming and offline calls open at once (both APIs together). Beyond it a new call gets
   // RESOURCE_EXHAUSTED at its start. [1, 100000]

@@ -140,6 +140,10 @@ void ServingEngine::RegisterMetrics() {
   r->AddCallbackGauge("jasper_scheduler_queue_depth",
                       "Windows waiting in the schedulers' queues (all models).", {},
                       [sum_stats] { return sum_stats(&SchedulerStats::queue_depth); });
+  r->AddCallbackGauge("jasper_scheduler_bulk_queue_depth",
+                      "Of the windows waiting, the bulk ones (offline calls' windows, which wait "
+                      "behind the streams'; all models).",
+                      {}, [sum_stats] { return sum_stats(&SchedulerStats::bulk_queue_depth); });
   r->AddCallbackGauge("jasper_scheduler_running_windows",
                       "Windows in batches the backends are running now (all models).", {},
                       [sum_stats] { return sum_stats(&SchedulerStats::running); });
@@ -377,6 +381,8 @@ absl::StatusOr<StreamingOptions> ServingEngine::SessionOptions(const CallConfig&
   }
   StreamingOptions options = options_.streaming;
   options.interim_results = streaming && config.interim_results;
+  options.priority =
+      !streaming && options_.prioritize_streams ? Priority::kBulk : Priority::kInteractive;
   options.max_stream_duration_ms = options_.max_stream_duration_ms;
   // The session rounds it up to whole encoder frames (Model::EncoderFramesCeil).
   if (config.endpoint_silence_ms > 0) {

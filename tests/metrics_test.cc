@@ -506,6 +506,7 @@ TEST(ServerMetricsScrapeTest, ValuesMoveDuringStreamingLoad) {
   EXPECT_NEAR(busy_sum, busy_all, 1e-3 + 1e-6 * busy_all) << after;
   EXPECT_GT(MetricValue(after, "jasper_realtime_factor"), 0);
   EXPECT_EQ(MetricValue(after, "jasper_scheduler_queue_depth"), 0);
+  EXPECT_EQ(MetricValue(after, "jasper_scheduler_bulk_queue_depth"), 0);
   EXPECT_GT(MetricValue(after, "jasper_scheduler_windows_total{result=\"ok\"}"), 0);
 
   // Offline calls count under their own method and mode.

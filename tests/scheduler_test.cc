@@ -155,10 +155,11 @@ class SchedulerTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.status();
     scheduler_ = *std::move(s);
   }
-  absl::Status Submit(int id, int valid, int padded) {
+  absl::Status Submit(int id, int valid, int padded, Priority priority = Priority::kInteractive) {
     WindowRequest r;
     r.features = MakeFeatures(id, valid, padded);
     r.done = results_.Done(id);
+    r.priority = priority;
     return scheduler_->Submit(std::move(r));
   }
   void Pause() {
@@ -352,7 +353,70 @@ TEST_F(SchedulerTest, InvalidRequestIsRejected) {
   r.features.valid_frames = 10;
   r.features.data.pop_back();
   EXPECT_EQ(scheduler_->Submit(r).code(), absl::StatusCode::kInvalidArgument);
+  r.features = MakeFeatures(1, 10, 16);
+  r.priority = static_cast<Priority>(kNumPriorities);
+  EXPECT_EQ(scheduler_->Submit(r).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(r.done != nullptr);
+}
+
+TEST_F(SchedulerTest, InteractiveRequestsGoFirstAndNeverShareABatchWithBulk) {
+  SchedulerOptions o;
+  o.max_batch_size = 2;
+  o.max_queue_delay_ms = 100;
+  o.bucket_frames = {64};
+  Start(o);
+  OccupyWorker(99);
+  // Bulk requests queue first (two full batches and a half one), then interactive ones.
+  for (int id = 1; id <= 5; ++id) ASSERT_TRUE(Submit(id, 10, 16, Priority::kBulk).ok());
+  ASSERT_TRUE(Submit(6, 10, 16).ok());
+  ASSERT_TRUE(Submit(7, 10, 16).ok());
+  ASSERT_TRUE(Submit(8, 10, 16).ok());
+  SchedulerStats stats = scheduler_->Stats();
+  EXPECT_EQ(stats.queue_depth, 8);
+  EXPECT_EQ(stats.bulk_queue_depth, 5);
+  Resume();
+  // The full interactive batch goes at once; the half one (8) waits for its deadline, and the
+  // full bulk batches wait behind it.
+  results_.WaitFor(3);
+  clock_.BlockUntilWaiters(1);
+  EXPECT_EQ(results_.Calls(8), 0);
+  EXPECT_EQ(results_.Calls(1), 0);
+  clock_.Advance(absl::Milliseconds(100));
+  results_.WaitFor(9);
+  const std::vector<BatchRecord> batches = Batches();
+  ASSERT_EQ(batches.size(), 6u);
+  EXPECT_EQ(batches[1].markers, (std::vector<int>{6, 7}));
+  EXPECT_EQ(batches[2].markers, (std::vector<int>{8}));
+  EXPECT_EQ(batches[3].markers, (std::vector<int>{1, 2}));
+  EXPECT_EQ(batches[4].markers, (std::vector<int>{3, 4}));
+  EXPECT_EQ(batches[5].markers, (std::vector<int>{5}));
+  stats = scheduler_->Stats();
+  EXPECT_EQ(stats.queue_depth, 0);
+  EXPECT_EQ(stats.bulk_queue_depth, 0);
+  EXPECT_EQ(stats.completed, 9);
+}
+
+TEST_F(SchedulerTest, AWorkerWaitingForABulkBatchTakesAnInteractiveRequest) {
+  SchedulerOptions o;
+  o.max_batch_size = 4;
+  o.max_queue_delay_ms = 100;
+  Start(o);
+  ASSERT_TRUE(Submit(1, 10, 16, Priority::kBulk).ok());
+  clock_.BlockUntilWaiters(1);  // the worker waits for the bulk batch to fill
+  clock_.Advance(absl::Milliseconds(50));
+  ASSERT_TRUE(Submit(2, 10, 16).ok());
+  // The worker now waits for the interactive request's batch (deadline 150 ms), not the bulk
+  // one's (100 ms): at 100 ms nothing has run.
+  clock_.BlockUntilWaiters(1);
+  clock_.Advance(absl::Milliseconds(50));
+  clock_.BlockUntilWaiters(1);
+  EXPECT_EQ(results_.Total(), 0);
+  clock_.Advance(absl::Milliseconds(50));
+  results_.WaitFor(2);
+  const std::vector<BatchRecord> batches = Batches();
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[0].markers, (std::vector<int>{2}));
+  EXPECT_EQ(batches[1].markers, (std::vector<int>{1}));
 }
 
 TEST_F(SchedulerTest, ShutdownDrainsQueuedWorkThenRefuses) {

@@ -425,7 +425,15 @@ TEST_F(StreamSessionTest, LatencyIsMeasuredOnTheClock) {
   auto session = MakeSession(scheduler.get(), &c, o);
   ASSERT_TRUE(session->PushAudio(ToPcm16(*hello_)).ok());
   ASSERT_TRUE(session->Finish().ok());
-  clock.BlockUntilWaiters(1);  // the last window waits in the scheduler for its batch
+  // Finish cuts hello (0.97 s) into two windows; the front-end strand submits them one after
+  // the other, so wait until both are queued (a clock advanced between the two would leave the
+  // second waiting for a deadline the fake clock never reaches).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (scheduler->Stats().queue_depth < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(scheduler->Stats().queue_depth, 2);
+  clock.BlockUntilWaiters(1);  // the windows wait in the scheduler for their batch
   clock.Advance(absl::Milliseconds(30));
   ASSERT_TRUE(c.WaitDone().ok());
   ASSERT_EQ(c.finals().size(), 1u);

@@ -86,14 +86,25 @@ class Collector {
     };
     return cb;
   }
+  // Every wait gives up after kWaitLimit (a generous bound, sanitizer builds included), so a
+  // broken session fails its test instead of hanging the suite.
+  static constexpr std::chrono::seconds kWaitLimit{180};
+
+  // on_done's status; DEADLINE_EXCEEDED when on_done has not come within kWaitLimit.
   absl::Status WaitDone() {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return done_calls_ > 0; });
+    if (!cv_.wait_for(lock, kWaitLimit, [this] { return done_calls_ > 0; })) {
+      ADD_FAILURE() << "on_done did not come within " << kWaitLimit.count() << " s";
+      return absl::DeadlineExceededError("test wait: no on_done");
+    }
     return status_;
   }
   void WaitFinals(size_t n) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this, n] { return finals_.size() >= n || done_calls_ > 0; });
+    if (!cv_.wait_for(lock, kWaitLimit,
+                      [this, n] { return finals_.size() >= n || done_calls_ > 0; })) {
+      ADD_FAILURE() << n << " final results did not come within " << kWaitLimit.count() << " s";
+    }
   }
   // False when `n` interim results have not come within 30 s (or the session ended first).
   bool WaitInterims(size_t n) {
@@ -104,7 +115,9 @@ class Collector {
   }
   void WaitSpace() {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return space_ > 0 || done_calls_ > 0; });
+    if (!cv_.wait_for(lock, kWaitLimit, [this] { return space_ > 0 || done_calls_ > 0; })) {
+      ADD_FAILURE() << "on_space_available did not come within " << kWaitLimit.count() << " s";
+    }
   }
   std::vector<SessionResult> finals() {
     std::lock_guard<std::mutex> lock(mu_);

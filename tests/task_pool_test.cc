@@ -1,5 +1,6 @@
 // TaskPool and its strands (engine/streaming/task_pool.h): order within a strand, one task of a
-// strand at a time, strands sharing the threads in turns, and destruction running everything.
+// strand at a time, strands sharing the threads in turns, interactive strands before bulk ones,
+// and destruction running everything.
 #include "engine/streaming/task_pool.h"
 
 #include <atomic>
@@ -7,6 +8,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -16,14 +18,14 @@ namespace jasper {
 namespace {
 
 TEST(TaskPoolTest, AStrandRunsInOrderOneAtATimeOffTheCaller) {
-  TaskPool pool(4);
-  auto strand = pool.NewStrand();
   std::mutex mu;
   std::condition_variable cv;
   std::vector<int> order;
   std::atomic<int> running{0};
   std::atomic<bool> overlapped{false};
   std::set<std::thread::id> threads;
+  TaskPool pool(4);  // destroyed first: its threads are joined before the state above goes
+  auto strand = pool.NewStrand();
   for (int i = 0; i < 200; ++i) {
     strand->Post([&, i] {
       if (running.fetch_add(1) != 0) overlapped = true;
@@ -47,11 +49,11 @@ TEST(TaskPoolTest, AStrandRunsInOrderOneAtATimeOffTheCaller) {
 // A strand with a long backlog takes turns with the others: a task posted to another strand
 // runs long before the backlog is through.
 TEST(TaskPoolTest, StrandsTakeTurnsSoABacklogDoesNotBlockOthers) {
-  TaskPool pool(1);
-  auto busy = pool.NewStrand();
-  auto other = pool.NewStrand();
   std::atomic<int> busy_done{0};
   std::atomic<int> busy_done_when_other_ran{-1};
+  TaskPool pool(1);  // declared after what its tasks touch: joined first
+  auto busy = pool.NewStrand();
+  auto other = pool.NewStrand();
   for (int i = 0; i < 100; ++i) {
     busy->Post([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -65,11 +67,11 @@ TEST(TaskPoolTest, StrandsTakeTurnsSoABacklogDoesNotBlockOthers) {
 
 // A slow task holds up its own strand and one thread only.
 TEST(TaskPoolTest, ASlowStrandHoldsUpOnlyItself) {
-  TaskPool pool(2);
-  auto slow = pool.NewStrand();
-  auto fast = pool.NewStrand();
   std::atomic<bool> release{false};
   std::atomic<int> fast_ran{0};
+  TaskPool pool(2);  // declared after what its tasks touch: joined first
+  auto slow = pool.NewStrand();
+  auto fast = pool.NewStrand();
   slow->Post([&] {
     while (!release.load()) std::this_thread::yield();
   });
@@ -80,6 +82,44 @@ TEST(TaskPoolTest, ASlowStrandHoldsUpOnlyItself) {
   }
   EXPECT_EQ(fast_ran.load(), 20);
   release = true;
+}
+
+// Interactive strands' turns come before any bulk strand's, even when the bulk work was posted
+// first; within a priority, strands still take turns.
+TEST(TaskPoolTest, InteractiveStrandsGoBeforeBulkOnes) {
+  std::atomic<bool> started{false};
+  std::atomic<bool> release{false};
+  std::mutex mu;
+  std::vector<std::string> order;  // guarded by mu
+  const auto record = [&](std::string name) {
+    std::lock_guard<std::mutex> lock(mu);
+    order.push_back(std::move(name));
+  };
+  TaskPool pool(1);  // declared after what its tasks touch: joined first
+  auto gate = pool.NewStrand(Priority::kBulk);
+  auto bulk = pool.NewStrand(Priority::kBulk);
+  auto live1 = pool.NewStrand(Priority::kInteractive);
+  auto live2 = pool.NewStrand();  // interactive by default
+  gate->Post([&] {
+    started = true;
+    while (!release.load()) std::this_thread::yield();
+  });
+  while (!started.load()) std::this_thread::yield();  // the one thread is busy now
+  for (int i = 0; i < 3; ++i) bulk->Post([&, i] { record("b" + std::to_string(i)); });
+  for (int i = 0; i < 3; ++i) live1->Post([&, i] { record("x" + std::to_string(i)); });
+  for (int i = 0; i < 3; ++i) live2->Post([&, i] { record("y" + std::to_string(i)); });
+  release = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (order.size() == 9) break;
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(order,
+            (std::vector<std::string>{"x0", "y0", "x1", "y1", "x2", "y2", "b0", "b1", "b2"}));
 }
 
 TEST(TaskPoolTest, DestructionRunsEverythingPostedBeforeIt) {

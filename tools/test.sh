@@ -82,8 +82,8 @@ asan_stage() {
     ctest --test-dir build-asan --output-on-failure -j "$(nproc)" --timeout 1800
 }
 
-TSAN_TESTS=(scheduler_test stream_session_test stream_session_window_test cpu_threads_test server_test
-  server_models_test)
+TSAN_TESTS=(scheduler_test task_pool_test stream_session_test stream_session_window_test
+  stream_session_threads_test cpu_threads_test server_test server_models_test)
 tsan_stage() {
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DJASPER_CUDA=OFF \
     -DJASPER_SANITIZE=thread >/dev/null
@@ -97,8 +97,9 @@ tsan_stage() {
     supp=""
     case "$t" in server_*) supp="suppressions=$PWD/tests/server_test.tsan.supp" ;; esac
     echo "--- $t under TSan ---" >&2
+    # A hung suite fails the stage after TSAN_SUITE_TIMEOUT seconds instead of stalling CI.
     TSAN_OPTIONS="second_deadlock_stack=1 history_size=7 $supp ${TSAN_OPTIONS:-}" \
-      "build-tsan/tests/$t" --gtest_brief=1
+      timeout -k 10 "${TSAN_SUITE_TIMEOUT:-900}" "build-tsan/tests/$t" --gtest_brief=1
   done
 }
 

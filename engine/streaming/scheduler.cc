@@ -46,8 +46,8 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
 Scheduler::Scheduler(std::vector<std::unique_ptr<Backend>> replicas,
                      const SchedulerOptions& options, Clock* clock)
     : options_(options), clock_(clock), replicas_(std::move(replicas)) {
-  buckets_.resize(options_.bucket_frames.size() + 1);
-  stats_.bucket_requests.assign(buckets_.size(), 0);
+  for (Buckets& q : queues_) q.resize(options_.bucket_frames.size() + 1);
+  stats_.bucket_requests.assign(options_.bucket_frames.size() + 1, 0);
   stats_.replicas = static_cast<int>(replicas_.size());
   clock_->RegisterWaiter(&mu_, &work_cv_);
   workers_.reserve(replicas_.size());
@@ -71,6 +71,10 @@ absl::Status Scheduler::Submit(WindowRequest& request) {
   absl::Status invalid;
   if (!request.done) {
     invalid = absl::InvalidArgumentError("WindowRequest without a done callback");
+  } else if (static_cast<int>(request.priority) < 0 ||
+             static_cast<int>(request.priority) >= kNumPriorities) {
+    invalid = absl::InvalidArgumentError(absl::StrCat("WindowRequest with an unknown priority ",
+                                                      static_cast<int>(request.priority)));
   } else if (f.padded_frames <= 0 || f.num_features <= 0) {
     invalid = absl::InvalidArgumentError("WindowRequest with empty features");
   } else if (f.valid_frames < 1 || f.valid_frames > f.padded_frames) {
@@ -100,7 +104,9 @@ absl::Status Scheduler::Submit(WindowRequest& request) {
       p.request = std::move(request);
       p.enqueued = clock_->Now();
       p.seq = next_seq_++;
-      buckets_[bucket].push_back(std::move(p));
+      const int priority = static_cast<int>(p.request.priority);
+      queues_[priority][bucket].push_back(std::move(p));
+      ++queued_by_priority_[priority];
       ++queued_;
       ++stats_.submitted;
       ++stats_.bucket_requests[bucket];
@@ -115,14 +121,14 @@ absl::Status Scheduler::Submit(WindowRequest& request) {
   return refused;
 }
 
-int Scheduler::OldestBucket() const {
+int Scheduler::OldestBucket(const Buckets& buckets) {
   int best = -1;
   int64_t best_seq = 0;
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    if (buckets_[i].empty()) continue;
-    if (best < 0 || buckets_[i].front().seq < best_seq) {
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    if (buckets[i].empty()) continue;
+    if (best < 0 || buckets[i].front().seq < best_seq) {
       best = static_cast<int>(i);
-      best_seq = buckets_[i].front().seq;
+      best_seq = buckets[i].front().seq;
     }
   }
   return best;
@@ -133,18 +139,24 @@ std::vector<Scheduler::Pending> Scheduler::NextBatch() {
   for (;;) {
     work_cv_.wait(lock, [this] { return queued_ > 0 || shutting_down_; });
     if (queued_ == 0) return {};  // shutting down with nothing left
-    const int bucket = OldestBucket();
-    std::deque<Pending>& q = buckets_[bucket];
+    constexpr int kInteractive = static_cast<int>(Priority::kInteractive);
+    const int priority =
+        queued_by_priority_[kInteractive] > 0 ? kInteractive : static_cast<int>(Priority::kBulk);
+    Buckets& buckets = queues_[priority];
+    const int bucket = OldestBucket(buckets);
+    std::deque<Pending>& q = buckets[bucket];
     const absl::Time deadline =
         q.front().enqueued + absl::Milliseconds(options_.max_queue_delay_ms);
     const int width = q.front().request.features.num_features;
     if (static_cast<int>(q.size()) < options_.max_batch_size && !shutting_down_ &&
         clock_->Now() < deadline) {
-      // Wait for the batch to fill, the deadline, or shutdown; then look again (another worker
-      // may have taken these requests meanwhile).
+      // Wait for the batch to fill, the deadline, shutdown, or (for a bulk batch) an
+      // interactive request; then look again (another worker may have taken these requests
+      // meanwhile).
       const size_t want = static_cast<size_t>(options_.max_batch_size);
-      clock_->WaitUntil(lock, work_cv_, deadline, [this, bucket, want] {
-        return buckets_[bucket].size() >= want || shutting_down_;
+      clock_->WaitUntil(lock, work_cv_, deadline, [this, &q, priority, want] {
+        return q.size() >= want || shutting_down_ ||
+               (priority != kInteractive && queued_by_priority_[kInteractive] > 0);
       });
       continue;
     }
@@ -161,6 +173,7 @@ std::vector<Scheduler::Pending> Scheduler::NextBatch() {
       }
     }
     queued_ -= static_cast<int64_t>(batch.size());
+    queued_by_priority_[priority] -= static_cast<int64_t>(batch.size());
     stats_.running += static_cast<int64_t>(batch.size());
     return batch;
   }
@@ -276,6 +289,7 @@ void Scheduler::RunBatch(int replica, Backend* backend, std::vector<Pending> bat
   if (observer != nullptr) {
     report.replica = replica;
     report.batch_size = static_cast<int>(batch.size());
+    report.priority = batch.front().request.priority;
     report.failed = static_cast<int>(static_cast<int64_t>(batch.size()) - ok);
     report.compute_ms = compute_ms;
     observer->OnBatch(report);
@@ -303,6 +317,7 @@ SchedulerStats Scheduler::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   SchedulerStats s = stats_;
   s.queue_depth = queued_;
+  s.bulk_queue_depth = queued_by_priority_[static_cast<int>(Priority::kBulk)];
   if (stats_.batches > 0) {
     s.mean_batch_size = sum_batch_sizes_ / static_cast<double>(stats_.batches);
     s.mean_compute_ms = sum_compute_ms_ / static_cast<double>(stats_.batches);

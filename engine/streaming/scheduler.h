@@ -9,6 +9,12 @@
 // backend's masks keep padding out of real frames: a request's result does not depend on what
 // it was batched with (up to float summation order in the GEMMs).
 //
+// Each request has a Priority (engine/streaming/priority.h). Interactive and bulk requests
+// queue apart and never share a batch; a worker takes an interactive batch whenever one is
+// queued, and a bulk batch only when none is (a worker waiting for a bulk batch to fill stops
+// waiting when an interactive request arrives). So a stream's window waits for at most the
+// batches already running, never for an offline request's queued windows.
+//
 // Admission is bounded: Submit() fails with RESOURCE_EXHAUSTED when max_queued_windows are
 // waiting, and takes ownership of the request only when it returns OK.
 //
@@ -30,6 +36,7 @@
 #ifndef JASPER_ENGINE_STREAMING_SCHEDULER_H_
 #define JASPER_ENGINE_STREAMING_SCHEDULER_H_
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -47,6 +54,7 @@
 #include "engine/features/features.h"
 #include "engine/runtime/backend.h"
 #include "engine/streaming/clock.h"
+#include "engine/streaming/priority.h"
 #include "engine/streaming/window_result.h"
 
 namespace jasper {
@@ -73,15 +81,18 @@ struct WindowRequest {
   // scheduler lock held, with the result or the backend's error for this request. Queued
   // requests are never dropped: Shutdown() and the destructor run them first.
   std::function<void(absl::StatusOr<WindowResult>)> done;
+  // Interactive requests run before bulk ones (see the top of this file).
+  Priority priority = Priority::kInteractive;
 };
 
 struct SchedulerStats {
-  int64_t queue_depth = 0;  // requests waiting now
-  int64_t running = 0;      // requests in batches running now
-  int64_t submitted = 0;    // accepted by Submit()
-  int64_t rejected = 0;     // refused by Submit() (full queue, shut down, bad request)
-  int64_t completed = 0;    // done(OK) called
-  int64_t failed = 0;       // done(error) called
+  int64_t queue_depth = 0;       // requests waiting now
+  int64_t bulk_queue_depth = 0;  // of them, Priority::kBulk
+  int64_t running = 0;           // requests in batches running now
+  int64_t submitted = 0;         // accepted by Submit()
+  int64_t rejected = 0;          // refused by Submit() (full queue, shut down, bad request)
+  int64_t completed = 0;         // done(OK) called
+  int64_t failed = 0;            // done(error) called
   int64_t batches = 0;
   double mean_batch_size = 0;
   int max_batch_size_seen = 0;
@@ -93,9 +104,10 @@ struct SchedulerStats {
 
 // What a worker reports to the observer after each batch.
 struct BatchReport {
-  int replica = 0;               // index of the backend replica that ran it
-  int batch_size = 0;            // requests in the batch
-  int failed = 0;                // of them, how many got an error
+  int replica = 0;                             // index of the backend replica that ran it
+  int batch_size = 0;                          // requests in the batch
+  Priority priority = Priority::kInteractive;  // of every member
+  int failed = 0;                              // of them, how many got an error
   double compute_ms = 0;         // backend wall time of the whole batch (incl. packing)
   int padded_frames = 0;         // the batch's padded length, feature frames
   int64_t valid_frames = 0;      // sum of the members' valid feature frames
@@ -132,7 +144,7 @@ class Scheduler {
   // on error the request (and its `done`) is left untouched and `done` is never called.
   // Errors: RESOURCE_EXHAUSTED (max_queued_windows waiting), UNAVAILABLE (after Shutdown()
   // began), INVALID_ARGUMENT (no done, empty features, valid_frames outside
-  // [1, padded_frames], data size != padded_frames * num_features).
+  // [1, padded_frames], data size != padded_frames * num_features, unknown priority).
   absl::Status Submit(WindowRequest& request);
   absl::Status Submit(WindowRequest&& request) { return Submit(request); }
 
@@ -158,6 +170,7 @@ class Scheduler {
     absl::Time enqueued;
     int64_t seq = 0;
   };
+  using Buckets = std::vector<std::deque<Pending>>;  // [bucket_frames.size() + 1], FIFO each
 
   Scheduler(std::vector<std::unique_ptr<Backend>> replicas, const SchedulerOptions& options,
             Clock* clock);
@@ -165,8 +178,8 @@ class Scheduler {
   // Picks the next batch (blocks); empty when the worker should exit.
   std::vector<Pending> NextBatch();
   void RunBatch(int replica, Backend* backend, std::vector<Pending> batch);
-  // Index of the bucket holding the oldest request, or -1. Requires mu_.
-  int OldestBucket() const;
+  // Index of the bucket of `buckets` holding the oldest request, or -1. Requires mu_.
+  static int OldestBucket(const Buckets& buckets);
 
   const SchedulerOptions options_;
   Clock* const clock_;
@@ -176,8 +189,9 @@ class Scheduler {
   mutable std::mutex mu_;
   std::condition_variable work_cv_;  // queue changed or shutdown (with mu_)
   // All guarded by mu_:
-  std::vector<std::deque<Pending>> buckets_;  // FIFO each
-  int64_t queued_ = 0;
+  std::array<Buckets, kNumPriorities> queues_;  // by Priority
+  std::array<int64_t, kNumPriorities> queued_by_priority_{};
+  int64_t queued_ = 0;  // sum of queued_by_priority_
   int64_t next_seq_ = 0;
   bool shutting_down_ = false;
   SchedulerStats stats_;

@@ -36,6 +36,7 @@ absl::Status StreamingOptions::Validate() const {
   }
   JASPER_RETURN_IF_ERROR(range("max_stream_duration_ms", max_stream_duration_ms, 1000, 86400000));
   JASPER_RETURN_IF_ERROR(range("max_inflight_windows", max_inflight_windows, 1, 64));
+  JASPER_RETURN_IF_ERROR(range("priority", static_cast<int>(priority), 0, kNumPriorities - 1));
   JASPER_RETURN_IF_ERROR(decoder.Validate());
   return absl::OkStatus();
 }
@@ -151,7 +152,7 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
   absl::Status terminal_;
   bool muted_ = false;  // session destroyed: deliver nothing
   std::deque<Input> inputs_;
-  int64_t queued_input_bytes_ = 0;
+  int64_t queued_input_bytes_ = 0;  // bytes of inputs_ and of the input being decoded
   Windower windower_;
   StreamDecoder decoder_;
   int in_scheduler_ = 0;  // windows Submit() accepted (or is accepting) whose done has not run
@@ -183,8 +184,8 @@ StreamSession::Impl::Impl(std::shared_ptr<const Model> model, Scheduler* schedul
                           std::unique_ptr<AudioInput> input, Callbacks callbacks)
     : model_(std::move(model)),
       scheduler_(scheduler),
-      frontend_(frontend->NewStrand()),
-      delivery_(delivery->NewStrand()),
+      frontend_(frontend->NewStrand(options.priority)),
+      delivery_(delivery->NewStrand(options.priority)),
       clock_(scheduler->clock()),
       options_(options),
       sample_rate_(geometry.sample_rate),
@@ -350,8 +351,11 @@ void StreamSession::Impl::RunInput() {
     if (state_ == State::kDone || inputs_.empty()) return;
     input = std::move(inputs_.front());
     inputs_.pop_front();
-    queued_input_bytes_ -= static_cast<int64_t>(input.bytes.size());
+    // The bytes stay counted in queued_input_bytes_ until their samples are in the windower:
+    // HeldSamples() never dips while they are decoded, so flow control cannot let a push
+    // through early.
   }
+  const int64_t input_bytes = static_cast<int64_t>(input.bytes.size());
   std::vector<float> samples;
   absl::Status decoded;
   if (input.kind == Input::kAudio) {
@@ -364,7 +368,8 @@ void StreamSession::Impl::RunInput() {
   bool post = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (state_ == State::kDone) return;  // cancelled or failed meanwhile
+    if (state_ == State::kDone) return;  // cancelled or failed meanwhile (the count is reset)
+    queued_input_bytes_ -= input_bytes;
     if (!decoded.ok()) {
       Fail(decoded);
     } else if (AppendAudio(samples, input.arrival)) {
@@ -453,6 +458,7 @@ void StreamSession::Impl::SubmitCuts(std::vector<Cut> cuts) {
     }
     WindowRequest request;
     request.features = std::move(cut.features);  // Submit() moves it only when it accepts
+    request.priority = options_.priority;
     request.done = [impl = shared_from_this(),
                     seq = cut.window.seq](absl::StatusOr<WindowResult> result) {
       impl->OnWindowDone(seq, std::move(result), /*from_scheduler=*/true);

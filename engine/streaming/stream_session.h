@@ -47,6 +47,7 @@
 #include "engine/audio/audio_input.h"
 #include "engine/decoding/ctc.h"
 #include "engine/model/model.h"
+#include "engine/streaming/priority.h"
 #include "engine/streaming/scheduler.h"
 #include "engine/streaming/stream_decoder.h"
 #include "engine/streaming/task_pool.h"
@@ -75,6 +76,9 @@ struct StreamingOptions {
   // Windows of this stream in the scheduler at once (more: audio waits in the buffer, which
   // is what makes a fast sender back off). [1, 64]
   int max_inflight_windows = 4;
+  // Interactive (a live stream) or bulk (an offline request): the session's audio work, windows
+  // and deliveries queue behind every interactive one when bulk (engine/streaming/priority.h).
+  Priority priority = Priority::kInteractive;
   // Greedy CTC (default) or beam search with an LM and boosts (the backend must keep its
   // log-probabilities; the LM and boost are shared and must outlive the session).
   DecoderConfig decoder;

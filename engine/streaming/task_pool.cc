@@ -21,15 +21,16 @@ TaskPool::~TaskPool() {
   for (std::thread& t : threads_) t.join();  // each runs the queue dry before it exits
 }
 
-std::shared_ptr<TaskPool::Strand> TaskPool::NewStrand() {
-  return std::shared_ptr<Strand>(new Strand(this));
+std::shared_ptr<TaskPool::Strand> TaskPool::NewStrand(Priority priority) {
+  return std::shared_ptr<Strand>(new Strand(this, priority));
 }
 
 void TaskPool::Schedule(std::shared_ptr<Strand> strand) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (live_threads_ > 0) {
-      ready_.push_back(std::move(strand));
+      ready_[static_cast<int>(strand->priority_)].push_back(std::move(strand));
+      ++num_ready_;
       cv_.notify_one();
       return;
     }
@@ -43,17 +44,24 @@ void TaskPool::Loop() {
     std::shared_ptr<Strand> strand;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return !ready_.empty() || stop_; });
-      if (ready_.empty()) {  // stopping with nothing left
+      cv_.wait(lock, [this] { return num_ready_ > 0 || stop_; });
+      if (num_ready_ == 0) {  // stopping with nothing left
         --live_threads_;
         return;
       }
-      strand = std::move(ready_.front());
-      ready_.pop_front();
+      for (auto& queue : ready_) {  // interactive first
+        if (queue.empty()) continue;
+        strand = std::move(queue.front());
+        queue.pop_front();
+        --num_ready_;
+        break;
+      }
     }
     if (strand->RunOne()) {
       std::lock_guard<std::mutex> lock(mu_);
-      ready_.push_back(std::move(strand));  // its next task waits for the others' turns
+      // Its next task waits for the turns of the other strands of its priority.
+      ready_[static_cast<int>(strand->priority_)].push_back(std::move(strand));
+      ++num_ready_;
       cv_.notify_one();
     }
   }

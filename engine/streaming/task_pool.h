@@ -8,6 +8,9 @@
 // strand, then puts the strand at the back of the pool's queue if it has more, so a strand with
 // a long backlog (a long offline request) delays another strand's next task by at most one task
 // per thread, and one strand whose task is slow holds up only that strand and one thread.
+// Each strand has a Priority (engine/streaming/priority.h): a free thread takes a turn of an
+// interactive strand before any bulk strand's, so a stream's audio work never queues behind an
+// offline request's.
 //
 // Ownership: the pool owns its threads and the queue of strands that have tasks; a strand owns
 // its tasks and is shared (std::shared_ptr) by its user and, while it has tasks, by the pool.
@@ -18,7 +21,9 @@
 #ifndef JASPER_ENGINE_STREAMING_TASK_POOL_H_
 #define JASPER_ENGINE_STREAMING_TASK_POOL_H_
 
+#include <array>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -26,6 +31,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "engine/streaming/priority.h"
 
 namespace jasper {
 
@@ -40,7 +47,7 @@ class TaskPool {
   TaskPool& operator=(const TaskPool&) = delete;
 
   // A new, empty strand of this pool.
-  std::shared_ptr<Strand> NewStrand();
+  std::shared_ptr<Strand> NewStrand(Priority priority = Priority::kInteractive);
   int threads() const { return static_cast<int>(threads_.size()); }
 
  private:
@@ -52,9 +59,11 @@ class TaskPool {
   // std::mutex rather than absl::Mutex: see engine/streaming/clock.h (ThreadSanitizer).
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::shared_ptr<Strand>> ready_;  // guarded by mu_; strands with tasks, in turn
-  bool stop_ = false;                          // guarded by mu_
-  int live_threads_ = 0;  // guarded by mu_; threads not yet exited (0: run posts inline)
+  // Guarded by mu_: strands with tasks, in turn, one queue per Priority (interactive first).
+  std::array<std::deque<std::shared_ptr<Strand>>, kNumPriorities> ready_;
+  int64_t num_ready_ = 0;  // guarded by mu_; strands in ready_
+  bool stop_ = false;      // guarded by mu_
+  int live_threads_ = 0;   // guarded by mu_; threads not yet exited (0: run posts inline)
   std::vector<std::thread> threads_;
 };
 
@@ -66,11 +75,12 @@ class TaskPool::Strand : public std::enable_shared_from_this<Strand> {
 
  private:
   friend class TaskPool;
-  explicit Strand(TaskPool* pool) : pool_(pool) {}
+  Strand(TaskPool* pool, Priority priority) : pool_(pool), priority_(priority) {}
   // Runs the oldest task; true when more wait (the caller queues the strand again).
   bool RunOne();
 
   TaskPool* const pool_;
+  const Priority priority_;
   std::mutex mu_;
   std::deque<std::function<void()>> tasks_;  // guarded by mu_
   bool scheduled_ = false;                   // guarded by mu_: queued in the pool or running a task
