@@ -33,12 +33,16 @@
 #define JASPER_SERVER_SERVICE_GLUE_H_
 
 #include <memory>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "engine/decoding/ctc.h"
+#include "engine/decoding/ctc_decoder.h"
 #include "engine/streaming/stream_session.h"
 #include "server/serving_engine.h"
 #include "server/stream_call.h"
@@ -75,22 +79,43 @@ absl::StatusOr<CallConfig> ConfigFromProto(const RecognitionConfig& c) {
     }
   }
   if constexpr (HasDecoderField<RecognitionConfig>::value) config.decoder = c.decoder();
+  if (c.max_alternatives() < 0 || c.max_alternatives() > DecoderConfig::kMaxAlternatives) {
+    return absl::InvalidArgumentError(absl::StrCat("max_alternatives must be in [0, ",
+                                                   DecoderConfig::kMaxAlternatives, "], got ",
+                                                   c.max_alternatives()));
+  }
+  config.max_alternatives = c.max_alternatives();
   return config;
 }
 
-// The transcript; for a final result also its confidence and, when asked for, its words.
+// One alternative: the transcript; for a final result also its confidence and, when asked
+// for, its words.
 template <typename Alternative>
-void FillAlternative(const SessionResult& r, const CallConfig& config, Alternative* alt) {
-  alt->set_transcript(r.transcript);
-  if (!r.is_final) return;
-  alt->set_confidence(r.confidence);
+void FillAlternative(const std::string& transcript, bool is_final, float confidence,
+                     const std::vector<WordInfo>& words, const CallConfig& config,
+                     Alternative* alt) {
+  alt->set_transcript(transcript);
+  if (!is_final) return;
+  alt->set_confidence(confidence);
   if (!config.word_time_offsets) return;
-  for (const WordInfo& w : r.words) {
+  for (const WordInfo& w : words) {
     auto* out = alt->add_words();
     out->set_word(w.word);
     out->set_start_time(w.start_ms);
     out->set_end_time(w.end_ms);
     out->set_confidence(w.confidence);
+  }
+}
+
+// The result's alternatives: its own transcript first, then (final results with
+// max_alternatives > 1) the other hypotheses, best first.
+template <typename Result>
+void FillAlternatives(const SessionResult& r, const CallConfig& config, Result* result) {
+  FillAlternative(r.transcript, r.is_final, r.confidence, r.words, config,
+                  result->add_alternatives());
+  for (const SessionAlternative& a : r.alternatives) {
+    FillAlternative(a.transcript, r.is_final, a.confidence, a.words, config,
+                    result->add_alternatives());
   }
 }
 
@@ -137,7 +162,7 @@ struct StreamAdapter {
   static std::unique_ptr<Response> MakeResult(const SessionResult& r, const CallConfig& config) {
     auto response = std::make_unique<Response>();
     auto* result = response->add_results();
-    FillAlternative(r, config, result->add_alternatives());
+    FillAlternatives(r, config, result);
     result->set_is_final(r.is_final);
     if (!r.is_final) result->set_stability(r.stability);
     result->set_channel_tag(1);
@@ -169,7 +194,7 @@ struct OfflineAdapter {
   static absl::string_view Audio(const Request& r) { return r.audio(); }
   static void AddResult(const SessionResult& r, const CallConfig& config, Response* response) {
     auto* result = response->add_results();
-    FillAlternative(r, config, result->add_alternatives());
+    FillAlternatives(r, config, result);
     result->set_channel_tag(1);
     result->set_audio_processed(static_cast<float>(r.audio_processed_s));
     Api::AddResultDetails(r, result);

@@ -393,7 +393,9 @@ absl::StatusOr<StreamingOptions> ServingEngine::SessionOptions(const CallConfig&
     return absl::InvalidArgumentError(
         absl::StrCat("decoder: '", config.decoder, "' is not one of greedy, beam"));
   }
-  options.decoder.beam = decoder == "beam" || !config.boost_phrases.empty();
+  options.decoder.max_alternatives = std::max(1, config.max_alternatives);
+  options.decoder.beam =
+      decoder == "beam" || !config.boost_phrases.empty() || options.decoder.max_alternatives > 1;
   options.decoder.beam_options = options_.beam;
   options.decoder.lm = served.lm;
   if (!config.boost_phrases.empty()) {

@@ -58,6 +58,9 @@ struct CallConfig {
   int endpoint_silence_ms = 0;             // <= 0: the server default
   std::string decoder;                     // "", "greedy" or "beam" ("": the server's --decoder)
   std::vector<BoostPhrase> boost_phrases;  // speech_contexts: decoded with beam search
+  // Alternatives per final result, [0, DecoderConfig::kMaxAlternatives] (0 and 1: one); more
+  // than one selects beam search.
+  int max_alternatives = 0;
   std::string request_id;
 };
 

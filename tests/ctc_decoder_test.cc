@@ -83,6 +83,54 @@ TEST(CtcDecoderTest, TheFactoryRefusesBadBeamOptions) {
   EXPECT_NE(bad.status().message().find("beam_width"), std::string::npos);
 }
 
+// N-best: Finish()'s tokens first, then distinct token sequences; greedy has one; n bounds it.
+TEST(CtcDecoderTest, FinishNBestStartsWithFinishAndIsDistinct) {
+  const std::vector<std::string> labels = Labels();
+  DecoderConfig beam;
+  beam.beam = true;
+  beam.beam_options.beam_width = 8;
+  for (unsigned seed = 1; seed <= 5; ++seed) {
+    std::mt19937 rng(seed);
+    const Output out(RandomLogProbs(rng, 120, 1.5f));
+    std::unique_ptr<CtcDecoder> b = Create(beam, &labels);
+    std::unique_ptr<CtcDecoder> g = Create(DecoderConfig(), &labels);
+    ASSERT_NE(b, nullptr);
+    ASSERT_NE(g, nullptr);
+    EXPECT_TRUE(b->FinishNBest(3).empty() || b->FinishNBest(3).size() == 1u);  // nothing fed
+    ASSERT_TRUE(b->Feed(out.All()).ok());
+    ASSERT_TRUE(g->Feed(out.All()).ok());
+    const std::vector<std::vector<CtcToken>> five = b->FinishNBest(5);
+    ASSERT_EQ(five.size(), 5u) << "a beam of 8 over 120 noisy frames holds 5 prefixes";
+    ExpectSameTokens(five[0], b->Finish());
+    for (size_t i = 0; i < five.size(); ++i) {
+      for (size_t j = i + 1; j < five.size(); ++j) {
+        std::vector<int> a, c;
+        for (const CtcToken& t : five[i]) a.push_back(t.id);
+        for (const CtcToken& t : five[j]) c.push_back(t.id);
+        EXPECT_NE(a, c) << "alternatives " << i << " and " << j << " are the same";
+      }
+    }
+    const std::vector<std::vector<CtcToken>> two = b->FinishNBest(2);
+    ASSERT_EQ(two.size(), 2u);
+    ExpectSameTokens(two[1], five[1]);  // a prefix of the same ranking
+    EXPECT_TRUE(b->FinishNBest(0).empty());
+    const std::vector<std::vector<CtcToken>> greedy = g->FinishNBest(5);
+    ASSERT_EQ(greedy.size(), 1u);
+    ExpectSameTokens(greedy[0], g->Finish());
+  }
+}
+
+TEST(CtcDecoderTest, MaxAlternativesIsValidated) {
+  DecoderConfig config;
+  EXPECT_TRUE(config.Validate().ok());
+  config.max_alternatives = 0;
+  EXPECT_NE(config.Validate().message().find("max_alternatives"), std::string::npos);
+  config.max_alternatives = DecoderConfig::kMaxAlternatives + 1;
+  EXPECT_EQ(config.Validate().code(), absl::StatusCode::kInvalidArgument);
+  config.max_alternatives = DecoderConfig::kMaxAlternatives;
+  EXPECT_TRUE(config.Validate().ok());
+}
+
 TEST(CtcDecoderTest, BeamSearchNeedsLogProbsAndDecodesNothingWithout) {
   const std::vector<std::string> labels = Labels();
   std::mt19937 rng(7);

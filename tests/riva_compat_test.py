@@ -5,8 +5,9 @@ Uses the client library the way NVIDIA's own scripts (transcribe_file.py,
 transcribe_file_offline.py) do: the WAV file is sent as-is, header included, and the
 RecognitionConfig sets neither encoding nor sample_rate_hertz, so the server has to read the
 header. Checks offline and streaming recognition, interim results, word times, the RequestId
-echo, GetRivaSpeechRecognitionConfig (what `--list-models` reads), an error status, the
-grpc.health.v1 service and (with grpcio-reflection installed) server reflection.
+echo, max_alternatives (N-best), GetRivaSpeechRecognitionConfig (what `--list-models` reads),
+an error status, the grpc.health.v1 service and (with grpcio-reflection installed) server
+reflection.
 
 Usage: riva_compat_test.py --server 127.0.0.1:PORT --audio FILE.wav [--audio ...]
 Exit status 0 when every check passes. Normally run through tools/riva_compat_check.sh.
@@ -72,6 +73,18 @@ def test_offline(asr, path, model):
     # The library's own helper too.
     response = asr.offline_recognize(audio, base_config())
     check(len(response.results) >= 1, "ASRService.offline_recognize works")
+    # N-best, as transcribe_file_offline.py --max-alternatives asks for it: distinct
+    # alternatives, the first as with one alternative from beam search.
+    config = base_config()
+    config.max_alternatives = 3
+    response = asr.offline_recognize(audio, config)
+    alternatives = [a for r in response.results[:1] for a in r.alternatives]
+    texts = [a.transcript for a in alternatives]
+    print(f"     max_alternatives=3 {path}: {texts!r}")
+    check(1 <= len(alternatives) <= 3, "max_alternatives=3 returns 1 to 3 alternatives")
+    check(len(set(texts)) == len(texts), "the alternatives are distinct")
+    check(all(0.0 <= a.confidence <= 1.0 for a in alternatives),
+          "every alternative has a confidence in [0, 1]")
 
 
 def test_streaming(asr, path, model):

@@ -111,6 +111,60 @@ TEST_F(ServerDecodingTest, RivaSpeechContextsBoostToo) {
   EXPECT_THAT(response.results(0).alternatives(0).transcript(), HasSubstr("revocation"));
 }
 
+// max_alternatives: the first alternative is the beam transcript of one alternative; the others
+// differ from it and from each other; confidences are on the same [0, 1] scale; words come with
+// each when asked for. On both APIs.
+TEST_F(ServerDecodingTest, MaxAlternativesGivesDistinctHypothesesOnBothApis) {
+  pb::RecognizeRequest request;
+  request.mutable_config()->set_max_alternatives(4);
+  request.mutable_config()->set_enable_word_time_offsets(true);
+  request.set_audio(ReadFileBytes(kRoot / kRevocation));
+  pb::RecognizeResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn());
+  const grpc::Status status = asr_->Recognize(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.results_size(), 1);
+  const auto& result = response.results(0);
+  ASSERT_GE(result.alternatives_size(), 2);
+  ASSERT_LE(result.alternatives_size(), 4);
+  // Alternatives switch to beam search: the first is what beam search gives alone.
+  EXPECT_EQ(result.alternatives(0).transcript(), Recognize(kRevocation, "beam"));
+  for (int i = 0; i < result.alternatives_size(); ++i) {
+    const auto& a = result.alternatives(i);
+    EXPECT_GE(a.confidence(), 0.0f);
+    EXPECT_LE(a.confidence(), 1.0f);
+    EXPECT_GT(a.words_size(), 0) << i;
+    for (int j = i + 1; j < result.alternatives_size(); ++j) {
+      EXPECT_NE(a.transcript(), result.alternatives(j).transcript()) << i << " " << j;
+    }
+  }
+  // Riva: the same alternatives.
+  rasr::RecognizeRequest riva_request;
+  riva_request.mutable_config()->set_max_alternatives(4);
+  riva_request.set_audio(ReadFileBytes(kRoot / kRevocation));
+  rasr::RecognizeResponse riva_response;
+  grpc::ClientContext c;
+  c.set_deadline(DeadlineIn());
+  const grpc::Status riva_status = riva_->Recognize(&c, riva_request, &riva_response);
+  ASSERT_TRUE(riva_status.ok()) << riva_status.error_message();
+  ASSERT_EQ(riva_response.results_size(), 1);
+  ASSERT_EQ(riva_response.results(0).alternatives_size(), result.alternatives_size());
+  for (int i = 0; i < result.alternatives_size(); ++i) {
+    EXPECT_EQ(riva_response.results(0).alternatives(i).transcript(),
+              result.alternatives(i).transcript());
+  }
+  // One alternative (0 or 1) stays greedy and single.
+  request.mutable_config()->set_max_alternatives(1);
+  pb::RecognizeResponse one;
+  grpc::ClientContext c1;
+  c1.set_deadline(DeadlineIn());
+  ASSERT_TRUE(asr_->Recognize(&c1, request, &one).ok());
+  ASSERT_EQ(one.results_size(), 1);
+  EXPECT_EQ(one.results(0).alternatives_size(), 1);
+  EXPECT_EQ(one.results(0).alternatives(0).transcript(), Recognize(kRevocation, ""));
+}
+
 TEST_F(ServerDecodingTest, BadDecodingRequestsAreInvalidArgument) {
   grpc::StatusCode code;
   EXPECT_THAT(Recognize(kRevocation, "viterbi", "", 0, &code), HasSubstr("decoder"));
@@ -123,6 +177,15 @@ TEST_F(ServerDecodingTest, BadDecodingRequestsAreInvalidArgument) {
   EXPECT_EQ(code, grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(Recognize(kRevocation, "", "word", 500.0f, &code), HasSubstr("beyond"));
   EXPECT_EQ(code, grpc::StatusCode::INVALID_ARGUMENT);
+  pb::RecognizeRequest request;
+  request.mutable_config()->set_max_alternatives(11);
+  request.set_audio(ReadFileBytes(kRoot / kRevocation));
+  pb::RecognizeResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn());
+  const grpc::Status status = asr_->Recognize(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("max_alternatives must be in [0, 10]"));
   // The server is fine afterwards.
   EXPECT_EQ(Recognize("models/quartznet_en_tts_small/samples/sample_1.wav", ""), "to prevent this");
 }

@@ -273,6 +273,38 @@ std::vector<CtcToken> CtcBeamDecoder::Finish() const {
   return best == nullptr ? std::vector<CtcToken>() : Tokens(best->node);
 }
 
+std::vector<std::vector<CtcToken>> CtcBeamDecoder::FinishNBest(int n) const {
+  // One entry per prefix node: its hypotheses' final scores, log-added; and Finish()'s node.
+  std::vector<std::pair<float, int>> scored;  // (score, node)
+  scored.reserve(hyps_.size());
+  int first = -1;
+  float first_score = kNegInf;
+  for (const Hyp& h : hyps_) {
+    const float s = FinalScore(h);
+    if (first < 0 || s > first_score) {
+      first = h.node;
+      first_score = s;
+    }
+    auto same = std::find_if(scored.begin(), scored.end(),
+                             [&h](const std::pair<float, int>& e) { return e.second == h.node; });
+    if (same == scored.end()) {
+      scored.emplace_back(s, h.node);
+    } else {
+      same->first = LogAdd(same->first, s);
+    }
+  }
+  std::vector<std::vector<CtcToken>> out;
+  if (first < 0 || n < 1) return out;
+  out.push_back(Tokens(first));
+  std::stable_sort(scored.begin(), scored.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [score, node] : scored) {
+    if (static_cast<int>(out.size()) >= n) break;
+    if (node != first) out.push_back(Tokens(node));
+  }
+  return out;
+}
+
 void CtcBeamDecoder::Compact() {
   // Keep the nodes some hypothesis reaches (and their ancestors); renumber in order, so that
   // parents stay before children.

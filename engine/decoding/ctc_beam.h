@@ -76,6 +76,11 @@ class CtcBeamDecoder {
   // The best hypothesis after adding the last word's LM score, </s> and taking back unfinished
   // boosts: the final result of the utterance.
   std::vector<CtcToken> Finish() const;
+  // Up to `n` hypotheses with distinct token sequences: Finish()'s first, then the other
+  // prefixes of the beam by their final score (Finish()'s scoring; a prefix kept twice, ending
+  // in a blank and in its label, counts once with the two probabilities added). Empty when
+  // n < 1 or there is no hypothesis.
+  std::vector<std::vector<CtcToken>> FinishNBest(int n) const;
   // Forgets everything (a new utterance).
   void Reset();
 

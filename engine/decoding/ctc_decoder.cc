@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "engine/status_macros.h"
 
 namespace jasper {
@@ -19,6 +20,14 @@ CtcFrames CtcFrames::Slice(int begin, int end) const {
   s.first_frame = first_frame + begin;
   s.frames = end - begin;
   return s;
+}
+
+absl::Status DecoderConfig::Validate() const {
+  if (max_alternatives < 1 || max_alternatives > kMaxAlternatives) {
+    return absl::InvalidArgumentError(absl::StrCat("max_alternatives must be in [1, ",
+                                                   kMaxAlternatives, "], got ", max_alternatives));
+  }
+  return beam ? beam_options.Validate() : absl::OkStatus();
 }
 
 namespace {
@@ -41,6 +50,10 @@ class GreedyDecoder final : public CtcDecoder {
   }
   std::vector<CtcToken> Best() const override { return tokens_; }
   std::vector<CtcToken> Finish() const override { return tokens_; }
+  std::vector<std::vector<CtcToken>> FinishNBest(int n) const override {
+    if (n < 1) return {};
+    return {tokens_};  // one path: no alternatives
+  }
   void Reset() override {
     decoder_.Reset();
     tokens_.clear();
@@ -91,6 +104,9 @@ class BeamDecoder final : public CtcDecoder {
   }
   std::vector<CtcToken> Best() const override { return beam_.Best(); }
   std::vector<CtcToken> Finish() const override { return beam_.Finish(); }
+  std::vector<std::vector<CtcToken>> FinishNBest(int n) const override {
+    return beam_.FinishNBest(n);
+  }
   void Reset() override {
     beam_.Reset();
     speech_ = false;

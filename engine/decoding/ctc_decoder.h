@@ -41,8 +41,13 @@ struct DecoderConfig {
   BeamOptions beam_options;
   std::shared_ptr<const NgramLm> lm;         // may be null
   std::shared_ptr<const PhraseBoost> boost;  // may be null
+  // Final results carry up to this many alternatives (SessionResult::alternatives: the 2nd and
+  // later); only beam search has more than one. [1, kMaxAlternatives]
+  int max_alternatives = 1;
+  static constexpr int kMaxAlternatives = 10;
 
-  absl::Status Validate() const { return beam ? beam_options.Validate() : absl::OkStatus(); }
+  // INVALID_ARGUMENT naming the field.
+  absl::Status Validate() const;
 };
 
 // A block of consecutive encoder frames of the backend's output. Views: the caller owns the
@@ -78,6 +83,10 @@ class CtcDecoder {
   // The final tokens of the utterance (beam with an LM: with the last word's and </s>'s
   // scores; unfinished boosts taken back). Does not reset: Reset() starts the next utterance.
   virtual std::vector<CtcToken> Finish() const = 0;
+  // Up to `n` alternatives for the final result, Finish()'s first, then distinct token
+  // sequences by score (beam search: the beam's other prefixes; greedy: Finish()'s only).
+  // Empty when n < 1; otherwise at least one entry (possibly empty tokens).
+  virtual std::vector<std::vector<CtcToken>> FinishNBest(int n) const = 0;
   // Forgets the utterance (the next frames start a new one).
   virtual void Reset() = 0;
   // Whether the utterance has speech, for endpointing: greedy, a token was emitted; beam

@@ -11,6 +11,7 @@ StreamDecoder::StreamDecoder(const Model* model, int endpoint_silence_frames, bo
                              const DecoderConfig& decoder)
     : model_(model),
       interim_results_(interim_results),
+      max_alternatives_(decoder.max_alternatives),
       blank_id_(model->config().blank_id()),
       endpoint_(endpoint_silence_frames) {
   absl::StatusOr<std::unique_ptr<CtcDecoder>> created =
@@ -89,11 +90,24 @@ void StreamDecoder::EmitInterim(const std::vector<CtcToken>& tokens, bool from_l
 
 void StreamDecoder::EndUtterance(bool finish, int64_t end_frame, absl::Time audio_time,
                                  absl::Time now, std::vector<SessionResult>* out) {
-  const std::vector<CtcToken> tokens =
-      decoder_ != nullptr ? decoder_->Finish() : std::vector<CtcToken>();
+  std::vector<std::vector<CtcToken>> nbest;
+  if (decoder_ != nullptr) nbest = decoder_->FinishNBest(std::max(1, max_alternatives_));
+  const std::vector<CtcToken> tokens = nbest.empty() ? std::vector<CtcToken>() : nbest.front();
   if (!finish || !tokens.empty() || !any_final_) {
     SessionResult res;
     Describe(tokens, /*with_words=*/true, &res);
+    for (size_t i = 1; i < nbest.size(); ++i) {
+      SessionResult alt;
+      Describe(nbest[i], /*with_words=*/true, &alt);
+      // Distinct texts only (token sequences that differ only in spaces read the same).
+      const bool seen = alt.transcript == res.transcript ||
+                        std::any_of(res.alternatives.begin(), res.alternatives.end(),
+                                    [&alt](const SessionAlternative& a) {
+                                      return a.transcript == alt.transcript;
+                                    });
+      if (seen) continue;
+      res.alternatives.push_back({std::move(alt.transcript), alt.confidence, std::move(alt.words)});
+    }
     res.is_final = true;
     res.stability = 1.0f;
     res.utterance_index = utterance_index_;

@@ -27,6 +27,13 @@
 
 namespace jasper {
 
+// Another hypothesis for a final result (DecoderConfig::max_alternatives).
+struct SessionAlternative {
+  std::string transcript;
+  float confidence = 0.0f;      // mean of the word confidences, in [0, 1]
+  std::vector<WordInfo> words;  // ms from the stream start
+};
+
 struct SessionResult {
   std::string transcript;  // the utterance's text so far (interim) or all of it (final)
   bool is_final = false;
@@ -40,6 +47,9 @@ struct SessionResult {
   // Time from the arrival of the last audio this result needed (or the ForceFinal()/Finish()
   // call that allowed it without more audio) to the result.
   double processing_latency_ms = 0;
+  // Final results with max_alternatives > 1 (beam search): up to max_alternatives - 1 other
+  // hypotheses, best first, each transcript distinct from the others and from `transcript`.
+  std::vector<SessionAlternative> alternatives;
 };
 
 // Endpointing: a run of `silence_frames` blank frames after some speech ends the utterance.
@@ -94,6 +104,7 @@ class StreamDecoder {
 
   const Model* const model_;
   const bool interim_results_;
+  const int max_alternatives_;
   const int blank_id_;
   absl::Status status_;                  // CreateCtcDecoder's
   std::unique_ptr<CtcDecoder> decoder_;  // the current utterance's; null when !status_.ok()
