@@ -73,6 +73,18 @@ void FillConfig(const AudioFile& file, const CallOptions& options, asr::Recognit
   config->set_audio_channel_count(file.header.channels);
   config->set_enable_word_time_offsets(options.word_time_offsets);
   config->set_model(options.model);
+  config->set_decoder(options.decoder);
+  config->set_max_alternatives(options.max_alternatives);
+}
+
+// A final result's alternatives after the first, into result->alternatives.
+template <typename Result>
+void AddAlternatives(const Result& r, CallResult* result) {
+  for (int i = 1; i < r.alternatives_size(); ++i) {
+    result->alternatives.push_back({result->final_results - 1, i + 1,
+                                    r.alternatives(i).transcript(),
+                                    r.alternatives(i).confidence()});
+  }
 }
 
 std::chrono::system_clock::time_point Deadline(const AudioFile& file, const CallOptions& options) {
@@ -230,6 +242,7 @@ CallResult RunStreaming(asr::Asr::Stub* stub, const AudioFile& file, const CallO
       ++result.final_results;
       if (r.alternatives_size() > 0) {
         AppendTranscript(r.alternatives(0).transcript(), &result.transcript);
+        AddAlternatives(r, &result);
         if (options.word_time_offsets) {
           for (const auto& w : r.alternatives(0).words()) result.words.push_back(w);
         }
@@ -292,6 +305,7 @@ CallResult RunOffline(asr::Asr::Stub* stub, const AudioFile& file, const CallOpt
     ++result.final_results;
     if (r.alternatives_size() == 0) continue;
     AppendTranscript(r.alternatives(0).transcript(), &result.transcript);
+    AddAlternatives(r, &result);
     for (const auto& w : r.alternatives(0).words()) result.words.push_back(w);
   }
   if (stats) {

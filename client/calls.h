@@ -40,14 +40,25 @@ struct CallOptions {
   bool word_time_offsets = false;
   bool speech_events = false;
   int force_final_every_ms = 0;  // 0: never
+  std::string decoder;           // RecognitionConfig.decoder: "", "greedy" or "beam"
+  int max_alternatives = 0;      // RecognitionConfig.max_alternatives (0-10)
   int timeout_ms = 0;            // 0: 60 s + 2 x audio duration
   bool verbose = false;          // print every response to stderr
+};
+
+// An alternative hypothesis of a final result (max_alternatives > 1).
+struct Alternative {
+  int result = 0;  // index of the final result (utterance) in the call
+  int rank = 0;    // 2, 3, ...: its place in the result's alternatives
+  std::string transcript;
+  float confidence = 0.0f;
 };
 
 struct CallResult {
   grpc::Status status;
   std::string transcript;  // final results joined with spaces
   std::vector<jasper::asr::v1::WordInfo> words;
+  std::vector<Alternative> alternatives;  // the final results' 2nd and later alternatives
   int interim_results = 0;
   int final_results = 0;
   double audio_s = 0.0;

@@ -46,6 +46,10 @@ ABSL_FLAG(bool, speech_events, false, "Streaming: ask for utterance start/end ev
 ABSL_FLAG(int, force_final_every_ms, 0,
           "Streaming: send a force_final control after every this many ms of audio (0: never).");
 ABSL_FLAG(std::string, model, "", "Model name (empty: the server's default).");
+ABSL_FLAG(std::string, decoder, "", "greedy or beam (empty: the server's --decoder).");
+ABSL_FLAG(int, max_alternatives, 0,
+          "Alternatives per final result, 0-10 (above 1: beam search); text output prints the "
+          "others indented under the transcript.");
 ABSL_FLAG(std::string, language_code, "en-US", "BCP-47 language code.");
 ABSL_FLAG(int, sample_rate, 0, "Rate of raw (headerless 16-bit mono PCM) files; 0: WAV only.");
 ABSL_FLAG(int, timeout_ms, 0, "Per-call deadline, ms (0: 60 s + 2 x the audio duration).");
@@ -119,13 +123,20 @@ std::string ResultJson(const AudioFile& file, int iteration, const CallResult& r
                           "{\"word\":\"%s\",\"start_ms\":%d,\"end_ms\":%d,\"confidence\":%.4f}",
                           JsonEscape(w.word()), w.start_time(), w.end_time(), w.confidence());
   }
+  std::string alternatives;
+  for (const auto& a : r.alternatives) {
+    if (!alternatives.empty()) alternatives += ",";
+    absl::StrAppendFormat(&alternatives,
+                          "{\"result\":%d,\"rank\":%d,\"transcript\":\"%s\",\"confidence\":%.4f}",
+                          a.result, a.rank, JsonEscape(a.transcript), a.confidence);
+  }
   return absl::StrFormat(
       "{\"file\":\"%s\",\"iteration\":%d,\"status\":%d,\"message\":\"%s\",\"transcript\":\"%s\","
-      "\"words\":[%s],\"interim_results\":%d,\"final_results\":%d,\"audio_s\":%.3f,"
-      "\"wall_ms\":%.3f}",
+      "\"words\":[%s],\"alternatives\":[%s],\"interim_results\":%d,\"final_results\":%d,"
+      "\"audio_s\":%.3f,\"wall_ms\":%.3f}",
       JsonEscape(file.path), iteration, static_cast<int>(r.status.error_code()),
-      JsonEscape(r.status.error_message()), JsonEscape(r.transcript), words, r.interim_results,
-      r.final_results, r.audio_s, r.wall_ms);
+      JsonEscape(r.status.error_message()), JsonEscape(r.transcript), words, alternatives,
+      r.interim_results, r.final_results, r.audio_s, r.wall_ms);
 }
 
 std::vector<std::string> ExpandPaths(const std::vector<std::string>& inputs) {
@@ -236,6 +247,8 @@ int main(int argc, char** argv) {
   options.simulate_realtime = absl::GetFlag(FLAGS_simulate_realtime);
   options.interim_results = absl::GetFlag(FLAGS_interim_results);
   options.word_time_offsets = absl::GetFlag(FLAGS_word_time_offsets);
+  options.decoder = absl::GetFlag(FLAGS_decoder);
+  options.max_alternatives = absl::GetFlag(FLAGS_max_alternatives);
   options.speech_events = absl::GetFlag(FLAGS_speech_events);
   options.force_final_every_ms = absl::GetFlag(FLAGS_force_final_every_ms);
   options.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
@@ -262,6 +275,10 @@ int main(int argc, char** argv) {
           std::cout << ResultJson(file, iteration, r) << std::endl;
         } else if (r.status.ok()) {
           std::cout << file.path << ": " << r.transcript << std::endl;
+          for (const auto& a : r.alternatives) {
+            std::cout << "  result " << a.result << " alternative " << a.rank << ": "
+                      << a.transcript << std::endl;
+          }
         } else {
           std::cout << file.path << ": ERROR " << r.status.error_code() << " "
                     << r.status.error_message() << std::endl;

@@ -1,13 +1,15 @@
 // Beam-search decoding and word boosting through the real server over loopback gRPC (issue 22),
 // on the shipped model: RecognitionConfig.decoder per request, speech_contexts on both APIs
-// (a boosted word that greedy decoding misspells comes out right, other words stay), and the
-// INVALID_ARGUMENT cases (no call is opened for them).
+// (a boosted word that greedy decoding misspells comes out right, other words stay),
+// max_alternatives (N-best) on both APIs and through the CLI's calls, and the INVALID_ARGUMENT
+// cases (no call is opened for them).
 #include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "client/calls.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -163,6 +165,27 @@ TEST_F(ServerDecodingTest, MaxAlternativesGivesDistinctHypothesesOnBothApis) {
   ASSERT_EQ(one.results_size(), 1);
   EXPECT_EQ(one.results(0).alternatives_size(), 1);
   EXPECT_EQ(one.results(0).alternatives(0).transcript(), Recognize(kRevocation, ""));
+}
+
+// The CLI's calls (jasper-client --max_alternatives) collect the alternatives after the first,
+// offline and streaming, numbered by result and rank.
+TEST_F(ServerDecodingTest, TheClientCollectsAlternatives) {
+  absl::StatusOr<client::AudioFile> file =
+      client::LoadAudioFile((kRoot / kRevocation).string(), /*raw_sample_rate_hz=*/0);
+  ASSERT_TRUE(file.ok()) << file.status();
+  client::CallOptions options;
+  options.max_alternatives = 3;
+  for (bool streaming : {false, true}) {
+    const client::CallResult r = streaming ? client::RunStreaming(asr_, *file, options, nullptr)
+                                           : client::RunOffline(asr_, *file, options, nullptr);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.transcript, Recognize(kRevocation, "beam")) << streaming;
+    ASSERT_EQ(r.alternatives.size(), 2u) << streaming;
+    EXPECT_EQ(r.alternatives[0].result, 0);
+    EXPECT_EQ(r.alternatives[0].rank, 2);
+    EXPECT_EQ(r.alternatives[1].rank, 3);
+    EXPECT_NE(r.alternatives[0].transcript, r.transcript);
+  }
 }
 
 TEST_F(ServerDecodingTest, BadDecodingRequestsAreInvalidArgument) {

@@ -1,11 +1,23 @@
 #include "engine/streaming/stream_decoder.h"
 
 #include <algorithm>
+#include <limits>
+#include <string>
 #include <utility>
 
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "engine/status_macros.h"
 
 namespace jasper {
+namespace {
+
+// The words of `text` joined by single spaces: texts that differ only in spacing read the same.
+std::string CollapseSpaces(const std::string& text) {
+  return absl::StrJoin(absl::StrSplit(text, ' ', absl::SkipEmpty()), " ");
+}
+
+}  // namespace
 
 StreamDecoder::StreamDecoder(const Model* model, int endpoint_silence_frames, bool interim_results,
                              const DecoderConfig& decoder)
@@ -90,22 +102,25 @@ void StreamDecoder::EmitInterim(const std::vector<CtcToken>& tokens, bool from_l
 
 void StreamDecoder::EndUtterance(bool finish, int64_t end_frame, absl::Time audio_time,
                                  absl::Time now, std::vector<SessionResult>* out) {
+  // With alternatives asked for, every prefix the beam holds: they are told apart by their
+  // text below, and the beam often holds prefixes that read the same (two spaces for one).
   std::vector<std::vector<CtcToken>> nbest;
-  if (decoder_ != nullptr) nbest = decoder_->FinishNBest(std::max(1, max_alternatives_));
+  if (decoder_ != nullptr) {
+    nbest = decoder_->FinishNBest(max_alternatives_ > 1 ? std::numeric_limits<int>::max() : 1);
+  }
   const std::vector<CtcToken> tokens = nbest.empty() ? std::vector<CtcToken>() : nbest.front();
   if (!finish || !tokens.empty() || !any_final_) {
     SessionResult res;
     Describe(tokens, /*with_words=*/true, &res);
-    for (size_t i = 1; i < nbest.size(); ++i) {
+    std::vector<std::string> seen = {CollapseSpaces(res.transcript)};
+    for (size_t i = 1;
+         i < nbest.size() && static_cast<int>(res.alternatives.size()) + 1 < max_alternatives_;
+         ++i) {
       SessionResult alt;
       Describe(nbest[i], /*with_words=*/true, &alt);
-      // Distinct texts only (token sequences that differ only in spaces read the same).
-      const bool seen = alt.transcript == res.transcript ||
-                        std::any_of(res.alternatives.begin(), res.alternatives.end(),
-                                    [&alt](const SessionAlternative& a) {
-                                      return a.transcript == alt.transcript;
-                                    });
-      if (seen) continue;
+      std::string key = CollapseSpaces(alt.transcript);
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+      seen.push_back(std::move(key));
       res.alternatives.push_back({std::move(alt.transcript), alt.confidence, std::move(alt.words)});
     }
     res.is_final = true;

@@ -48,7 +48,8 @@ struct SessionResult {
   // call that allowed it without more audio) to the result.
   double processing_latency_ms = 0;
   // Final results with max_alternatives > 1 (beam search): up to max_alternatives - 1 other
-  // hypotheses, best first, each transcript distinct from the others and from `transcript`.
+  // hypotheses, best first, each reading differently (ignoring spacing) from the others and
+  // from `transcript`.
   std::vector<SessionAlternative> alternatives;
 };
 
