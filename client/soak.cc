@@ -7,7 +7,7 @@
 //      each stream a random scenario: normal (random chunk sizes, odd sizes included, WAV or
 //      raw PCM, force-finals, interim results), slow reader, client cancellation at a random
 //      point, a bad message interleaved after some good audio (audio before the config, a
-//      second config, a malformed or stereo WAV header, raw audio without a rate, an
+//      second config, a malformed or nine-channel WAV header, raw audio without a rate, an
 //      unsupported encoding, a message over the server's --max_message_bytes), an unknown
 //      model. A companion process (this binary with --victim) runs streams and is SIGKILLed at
 //      random times: abrupt disconnects with streams in flight.
@@ -94,7 +94,7 @@ enum class Scenario {
   kAudioBeforeConfig,
   kSecondConfig,
   kBadWavHeader,
-  kStereoWav,
+  kNineChannelWav,
   kRawNoRate,
   kBadEncoding,
   kOversize,
@@ -116,8 +116,8 @@ const char* ScenarioName(Scenario s) {
       return "second_config";
     case Scenario::kBadWavHeader:
       return "malformed_wav_header";
-    case Scenario::kStereoWav:
-      return "stereo_wav";
+    case Scenario::kNineChannelWav:
+      return "nine_channel_wav";
     case Scenario::kRawNoRate:
       return "raw_audio_without_rate";
     case Scenario::kBadEncoding:
@@ -328,10 +328,10 @@ Outcome RunStream(asr::Asr::Stub* stub, const AudioFile& file, Scenario scenario
         bad[20] = '\x11';  // format tag 0x11 (IMA ADPCM): unsupported
         bad[16] = '\x02';  // and a fmt chunk of 2 bytes: malformed
         req.set_audio_content(bad);
-      } else if (i == 0 && scenario == Scenario::kStereoWav) {
+      } else if (i == 0 && scenario == Scenario::kNineChannelWav) {
         std::string hdr = file.bytes.substr(0, file.header.data_offset);
-        hdr[22] = '\x02';  // channels = 2
-        hdr[32] = '\x04';  // block align
+        hdr[22] = '\x09';  // channels = 9 (up to 8 are averaged into one)
+        hdr[32] = '\x12';  // block align
         req.set_audio_content(hdr + file.bytes.substr(file.header.data_offset, chunks[0]));
       } else {
         const size_t n = std::min<size_t>(chunks[i], end - pos);

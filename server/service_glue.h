@@ -56,7 +56,16 @@ template <typename T>
 struct HasDecoderField<T, std::void_t<decltype(std::declval<const T&>().decoder())>>
     : std::true_type {};
 
-// CallConfig from either API's RecognitionConfig. INVALID_ARGUMENT as SetAudioFormat.
+// Whether the API's RecognitionConfig has Riva's `enable_separate_recognition_per_channel`.
+template <typename T, typename = void>
+struct HasSeparateChannelsField : std::false_type {};
+template <typename T>
+struct HasSeparateChannelsField<
+    T, std::void_t<decltype(std::declval<const T&>().enable_separate_recognition_per_channel())>>
+    : std::true_type {};
+
+// CallConfig from either API's RecognitionConfig. INVALID_ARGUMENT as SetAudioFormat;
+// UNIMPLEMENTED for per-channel recognition of several channels.
 template <typename RecognitionConfig>
 absl::StatusOr<CallConfig> ConfigFromProto(const RecognitionConfig& c) {
   CallConfig config;
@@ -79,6 +88,13 @@ absl::StatusOr<CallConfig> ConfigFromProto(const RecognitionConfig& c) {
     }
   }
   if constexpr (HasDecoderField<RecognitionConfig>::value) config.decoder = c.decoder();
+  if constexpr (HasSeparateChannelsField<RecognitionConfig>::value) {
+    if (c.enable_separate_recognition_per_channel() && c.audio_channel_count() > 1) {
+      return absl::UnimplementedError(
+          "enable_separate_recognition_per_channel is not supported; without it the channels "
+          "are averaged into one");
+    }
+  }
   if (c.max_alternatives() < 0 || c.max_alternatives() > DecoderConfig::kMaxAlternatives) {
     return absl::InvalidArgumentError(absl::StrCat("max_alternatives must be in [0, ",
                                                    DecoderConfig::kMaxAlternatives, "], got ",

@@ -56,16 +56,16 @@ absl::Status SetAudioFormat(int encoding, int sample_rate_hertz, int audio_chann
           absl::StrCat("unsupported audio encoding ", encoding,
                        "; supported: LINEAR_PCM (with or without a WAV header), MULAW, ALAW"));
   }
-  if (audio_channel_count < 0 || audio_channel_count > 1) {
+  if (audio_channel_count < 0 || audio_channel_count > kMaxInputChannels) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "only mono audio is supported (audio_channel_count = ", audio_channel_count, ")"));
+        "audio_channel_count must be in [0, ", kMaxInputChannels, "], got ", audio_channel_count));
   }
   if (sample_rate_hertz < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("sample_rate_hertz = ", sample_rate_hertz, " is negative"));
   }
   config->format.sample_rate_hz = sample_rate_hertz;
-  config->format.channels = 1;
+  config->format.channels = std::max(1, audio_channel_count);  // a WAV header overrides it
   return config->format.Validate();
 }
 

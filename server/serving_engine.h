@@ -66,8 +66,9 @@ struct CallConfig {
 
 // Fills config->format from a request's encoding (the value of nvidia.riva.AudioEncoding or
 // jasper.asr.v1.AudioEncoding, which share their numbers), sample rate and channel count.
-// INVALID_ARGUMENT: an encoding other than unspecified/LINEAR_PCM/MULAW/ALAW, more than one
-// channel, a negative or out-of-range rate, mu-law/A-law without a rate.
+// INVALID_ARGUMENT: an encoding other than unspecified/LINEAR_PCM/MULAW/ALAW, a channel count
+// outside [0, 8] (0 means 1; channels are averaged into one), a negative or out-of-range rate,
+// mu-law/A-law without a rate.
 absl::Status SetAudioFormat(int encoding, int sample_rate_hertz, int audio_channel_count,
                             CallConfig* config);
 

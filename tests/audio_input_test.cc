@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -189,18 +190,69 @@ TEST(AudioInputTest, WavDataSizeIsHonouredAndUnknownSizesStream) {
   }
 }
 
-TEST(AudioInputTest, StereoIsRejected) {
+// Several channels are averaged into one: raw (audio_channel_count) and WAV (the header's
+// count), pushed in pieces that split sample frames, equal to the mono mean exactly (16-bit
+// values whose mean is exact in float), and resampled like mono.
+TEST(AudioInputTest, ChannelsAreAveragedIntoOne) {
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> value(-16000, 16000);
+  for (int channels : {2, 3, 8}) {
+    const int frames = 1601;
+    std::vector<int16_t> interleaved(static_cast<size_t>(frames) * channels);
+    for (int16_t& v : interleaved) v = static_cast<int16_t>(2 * value(rng));  // even: exact
+    std::vector<uint8_t> bytes;
+    for (int16_t v : interleaved) {
+      bytes.push_back(static_cast<uint8_t>(v & 0xFF));
+      bytes.push_back(static_cast<uint8_t>((v >> 8) & 0xFF));
+    }
+    std::vector<float> mean(frames);
+    for (int f = 0; f < frames; ++f) {
+      float sum = 0;
+      for (int c = 0; c < channels; ++c) sum += interleaved[f * channels + c] / 32768.0f;
+      mean[f] = sum / static_cast<float>(channels);
+    }
+    absl::StatusOr<std::unique_ptr<AudioInput>> raw =
+        AudioInput::Create({AudioEncoding::kLinearPcm16, 16000, channels}, 16000);
+    ASSERT_TRUE(raw.ok()) << raw.status();
+    EXPECT_EQ(Stream(raw->get(), bytes, {7, 1, 333}), mean) << channels;
+    EXPECT_EQ((*raw)->input_samples(), frames);  // sample frames, not values
+    auto wav_in = MakeInput(AudioEncoding::kLinearPcm16, 0);
+    EXPECT_EQ(Stream(wav_in.get(), MakeWav(1, channels, 16000, 16, bytes), {5, 64}), mean);
+    EXPECT_EQ(wav_in->format().channels, channels);
+    // At another rate: the same as the mono mean resampled.
+    std::vector<uint8_t> mean_bytes;
+    for (float v : mean) {
+      const int16_t s = static_cast<int16_t>(std::lround(v * 32768.0f));
+      mean_bytes.push_back(static_cast<uint8_t>(s & 0xFF));
+      mean_bytes.push_back(static_cast<uint8_t>((s >> 8) & 0xFF));
+    }
+    auto stereo_8k = MakeWav(1, channels, 8000, 16, bytes);
+    auto mono_8k = MakeWav(1, 1, 8000, 16, mean_bytes);
+    auto a = MakeInput(AudioEncoding::kLinearPcm16, 0);
+    auto b = MakeInput(AudioEncoding::kLinearPcm16, 0);
+    // (The mono file holds the mean rounded to 16 bits: equal within that rounding.)
+    const std::vector<float> from_stereo = Stream(a.get(), stereo_8k, {999});
+    const std::vector<float> from_mono = Stream(b.get(), mono_8k, {999});
+    ASSERT_EQ(from_stereo.size(), from_mono.size());
+    for (size_t i = 0; i < from_stereo.size(); ++i) {
+      ASSERT_NEAR(from_stereo[i], from_mono[i], 1e-4) << channels << " channels, sample " << i;
+    }
+  }
+}
+
+TEST(AudioInputTest, MoreThanEightChannelsAreRejected) {
   absl::StatusOr<std::unique_ptr<AudioInput>> in =
-      AudioInput::Create({AudioEncoding::kLinearPcm16, 16000, 2}, 16000);
+      AudioInput::Create({AudioEncoding::kLinearPcm16, 16000, 9}, 16000);
   EXPECT_EQ(in.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(in.status().message().find("audio_channel_count"), std::string::npos);
-  // A stereo WAV header.
-  const std::vector<uint8_t> wav = MakeWav(1, 2, 16000, 16, std::vector<uint8_t>(400, 0));
+  EXPECT_NE(in.status().message().find("audio_channel_count must be in [1, 8]"), std::string::npos)
+      << in.status();
+  // A 9-channel WAV header.
+  const std::vector<uint8_t> wav = MakeWav(1, 9, 16000, 16, std::vector<uint8_t>(18 * 20, 0));
   auto mono = MakeInput(AudioEncoding::kLinearPcm16, 16000);
   std::vector<float> out;
   const absl::Status s = mono->Push(wav, &out);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("mono"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("9 channels; at most 8"), std::string::npos) << s;
   EXPECT_TRUE(out.empty());
   EXPECT_FALSE(mono->Push(wav, &out).ok());  // stays failed
 }

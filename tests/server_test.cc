@@ -444,24 +444,55 @@ TEST_F(ServerTest, SecondConfigIsInvalidArgument) {
   EXPECT_EQ(out.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
-TEST_F(ServerTest, StereoIsInvalidArgument) {
-  // A stereo WAV header, Riva style (no encoding set): rejected when the header is read.
+// Stereo is averaged into one channel: a stereo WAV (both channels the same) and raw stereo
+// with audio_channel_count 2 give the mono file's transcript. More than 8 channels, and
+// Riva's per-channel recognition of several channels, are refused at once.
+TEST_F(ServerTest, StereoIsDownmixedAndTooManyChannelsAreRefused) {
+  const std::string mono = TestWav();
+  const std::string stereo = SyntheticWav(2.0, 16000, /*channels=*/2);
+  const auto recognize = [this](const std::string& audio, int channels, int rate,
+                                grpc::Status* status) {
+    pb::RecognizeRequest request;
+    request.mutable_config()->set_audio_channel_count(channels);
+    request.mutable_config()->set_sample_rate_hertz(rate);
+    request.set_audio(audio);
+    pb::RecognizeResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn());
+    *status = server_->asr()->Recognize(&context, request, &response);
+    std::string text;
+    for (const auto& r : response.results()) text += r.alternatives(0).transcript();
+    return text;
+  };
+  // The mono WAV's samples duplicated into two channels, as a WAV and raw.
+  const size_t data = mono.find("data") + 8;  // the test WAV has a plain 44-byte header
+  std::string raw_stereo;
+  for (size_t i = data; i + 1 < mono.size(); i += 2)
+    raw_stereo += mono.substr(i, 2) + mono.substr(i, 2);
+  grpc::Status status;
+  const std::string mono_text = recognize(mono, 0, 0, &status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(recognize(raw_stereo, 2, 16000, &status), mono_text);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  // A stereo WAV header, Riva style (no encoding set), streamed: transcribed.
   auto out = RunStream<rasr::RivaSpeechRecognition::Stub, rasr::StreamingRecognizeRequest,
-                       rasr::StreamingRecognizeResponse>(
-      server_->riva(), RivaRequests(SyntheticWav(1.0, 16000, /*channels=*/2)));
-  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
-      << out.status.error_message();
-  // A config asking for two channels: rejected at once.
-  pb::RecognizeRequest request;
-  request.mutable_config()->set_audio_channel_count(2);
-  request.mutable_config()->set_sample_rate_hertz(16000);
-  request.set_audio(std::string(3200, '\0'));
-  pb::RecognizeResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineIn());
-  grpc::Status status = server_->asr()->Recognize(&context, request, &response);
+                       rasr::StreamingRecognizeResponse>(server_->riva(), RivaRequests(stereo));
+  EXPECT_TRUE(out.status.ok()) << out.status.error_message();
+  // Nine channels: refused at once.
+  recognize(std::string(3600, '\0'), 9, 16000, &status);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(status.error_message(), HasSubstr("mono"));
+  EXPECT_THAT(status.error_message(), HasSubstr("audio_channel_count must be in [0, 8]"));
+  // Riva's per-channel recognition of two channels: not supported, said so.
+  rasr::RecognizeRequest riva_request;
+  riva_request.mutable_config()->set_audio_channel_count(2);
+  riva_request.mutable_config()->set_enable_separate_recognition_per_channel(true);
+  riva_request.set_audio(stereo);
+  rasr::RecognizeResponse riva_response;
+  grpc::ClientContext riva_context;
+  riva_context.set_deadline(DeadlineIn());
+  status = server_->riva()->Recognize(&riva_context, riva_request, &riva_response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("averaged"));
 }
 
 TEST_F(ServerTest, RawAudioWithoutRateIsInvalidArgument) {

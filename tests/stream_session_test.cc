@@ -72,9 +72,9 @@ TEST_F(StreamSessionTest, CreateChecksWindowGeometryAgainstTheModel) {
       StreamSession::Create(*model_, scheduler.get(), &frontend_, &delivery_, o, {}, c.Callbacks());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.status().message().find("chunk_ms"), std::string::npos) << s.status();
-  // Stereo and missing callbacks.
+  // More channels than the downmix takes, and missing callbacks.
   s = StreamSession::Create(*model_, scheduler.get(), &frontend_, &delivery_, {},
-                            {AudioEncoding::kLinearPcm16, 16000, 2}, c.Callbacks());
+                            {AudioEncoding::kLinearPcm16, 16000, 9}, c.Callbacks());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   s = StreamSession::Create(*model_, scheduler.get(), &frontend_, &delivery_, {}, {},
                             StreamSession::Callbacks());

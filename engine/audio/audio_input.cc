@@ -33,6 +33,19 @@ absl::Status CheckRate(int rate, const char* what) {
   return absl::OkStatus();
 }
 
+// Interleaved [frames, channels] -> [frames], the mean of the channels per frame (in place).
+void DownmixInPlace(int channels, std::vector<float>* samples) {
+  if (channels <= 1) return;
+  const size_t frames = samples->size() / static_cast<size_t>(channels);
+  float* x = samples->data();
+  for (size_t f = 0; f < frames; ++f) {
+    float sum = 0.0f;
+    for (int c = 0; c < channels; ++c) sum += x[f * channels + c];
+    x[f] = sum / static_cast<float>(channels);
+  }
+  samples->resize(frames);
+}
+
 }  // namespace
 
 const char* AudioEncodingName(AudioEncoding encoding) {
@@ -48,9 +61,9 @@ const char* AudioEncodingName(AudioEncoding encoding) {
 }
 
 absl::Status AudioFormat::Validate() const {
-  if (channels != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("audio_channel_count must be 1 (mono), got ", channels));
+  if (channels < 1 || channels > kMaxInputChannels) {
+    return absl::InvalidArgumentError(absl::StrCat("audio_channel_count must be in [1, ",
+                                                   kMaxInputChannels, "], got ", channels));
   }
   if (encoding != AudioEncoding::kLinearPcm16 && encoding != AudioEncoding::kMulaw &&
       encoding != AudioEncoding::kAlaw) {
@@ -79,9 +92,10 @@ absl::Status AudioInput::Fail(absl::Status status) {
 }
 
 absl::Status AudioInput::StartData() {
-  if (format_.channels != 1) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("audio must be mono; the WAV header says ", format_.channels, " channels")));
+  if (format_.channels < 1 || format_.channels > kMaxInputChannels) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("the WAV header says ", format_.channels,
+                                                        " channels; at most ", kMaxInputChannels,
+                                                        " are supported")));
   }
   if (format_.sample_rate_hz == 0) {
     return Fail(absl::InvalidArgumentError("sample_rate_hertz is required for raw audio"));
@@ -94,7 +108,9 @@ absl::Status AudioInput::StartData() {
     if (!r.ok()) return Fail(r.status());
     resampler_ = std::make_unique<Resampler>(std::move(*r));
   }
-  if (!is_wav_) block_align_ = format_.encoding == AudioEncoding::kLinearPcm16 ? 2 : 1;
+  if (!is_wav_) {
+    block_align_ = (format_.encoding == AudioEncoding::kLinearPcm16 ? 2 : 1) * format_.channels;
+  }
   state_ = State::kData;
   return absl::OkStatus();
 }
@@ -210,6 +226,7 @@ absl::Status AudioInput::DecodeData(absl::Span<const uint8_t> bytes,
         break;
     }
   }
+  DownmixInPlace(format_.channels, &scratch_);
   input_samples_ += static_cast<int64_t>(scratch_.size());
   if (resampler_ == nullptr) {
     samples_out->insert(samples_out->end(), scratch_.begin(), scratch_.end());

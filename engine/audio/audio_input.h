@@ -2,7 +2,8 @@
 //
 // Decodes LINEAR_PCM (signed 16-bit little-endian), G.711 mu-law and A-law; detects a RIFF/WAV
 // header at the very start of a LINEAR_PCM stream and takes the encoding and rate from it;
-// carries an odd trailing byte of 16-bit PCM over to the next Push(); resamples to the model
+// carries a partial sample frame over to the next Push(); averages interleaved channels into
+// one (up to 8: a downmix, before anything else); resamples to the model
 // rate with a streaming resampler (engine/audio/resample.h, libsoxr), so the output of a stream cut
 // into pieces of any size equals that of the whole stream.
 //
@@ -34,12 +35,16 @@ struct AudioFormat {
   AudioEncoding encoding = AudioEncoding::kLinearPcm16;
   // 0 = unknown: allowed only for LINEAR_PCM streams that start with a WAV header.
   int sample_rate_hz = 0;
-  int channels = 1;  // only mono is supported
+  // Interleaved channels, averaged into one (a downmix) before resampling. [1, 8]
+  int channels = 1;
 
-  // INVALID_ARGUMENT naming the field: channels != 1, rate outside [8000, 48000] (0 allowed,
-  // see above), mu-law/A-law without a rate.
+  // INVALID_ARGUMENT naming the field: channels outside [1, 8], rate outside [8000, 48000] (0
+  // allowed, see above), mu-law/A-law without a rate.
   absl::Status Validate() const;
 };
+
+// Channels accepted from clients (downmixed to mono).
+inline constexpr int kMaxInputChannels = 8;
 
 // Sample rates accepted from clients.
 inline constexpr int kMinInputSampleRateHz = 8000;
@@ -59,7 +64,7 @@ class AudioInput {
   // A LINEAR_PCM stream whose first bytes are "RIFF" is parsed as WAV: the header (which may be
   // split across pushes; up to 64 KiB is buffered while it is incomplete) overrides encoding
   // and rate (PCM 16-bit, mu-law, A-law). Errors (INVALID_ARGUMENT, the stream is then
-  // unusable): a WAV header that is malformed or says channels != 1, an unsupported WAV
+  // unusable): a WAV header that is malformed or says more than 8 channels, an unsupported WAV
   // encoding or bit depth, a rate outside [8000, 48000], a sample rate of 0 with no WAV header
   // ("sample_rate_hertz is required for raw audio"), Push after Flush.
   absl::Status Push(absl::Span<const uint8_t> bytes, std::vector<float>* samples_out);
