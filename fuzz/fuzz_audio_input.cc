@@ -1,7 +1,8 @@
 // Fuzz target: the streaming audio decoder (engine/audio/audio_input.h) as a session drives it: a
 // format from the config (encoding, rate, channels, possibly invalid), the model rate, then the
-// stream's bytes cut into pushes of fuzzer-chosen sizes (a WAV header split anywhere, odd bytes
-// of 16-bit PCM, mu-law/A-law, resampling between any two supported rates), then Flush.
+// stream's bytes cut into pushes of fuzzer-chosen sizes (a WAV header split anywhere, partial
+// sample frames, 1-10 channels, mu-law/A-law, resampling between any two supported rates),
+// then Flush.
 //
 // Input layout: [encoding][rate index][channels][model rate index] then repeated
 // [piece length (1 byte)][piece bytes].
@@ -25,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   jasper::AudioFormat format;
   format.encoding = in.Pick(kEncodings);
   format.sample_rate_hz = in.Pick(kRates);
-  format.channels = in.U8() % 8 == 7 ? 2 : 1;
+  format.channels = 1 + in.U8() % 10;  // 1-8 are averaged into one; 9 and 10 are refused
   const int model_rate = in.Pick(kModelRates);
   absl::StatusOr<std::unique_ptr<jasper::AudioInput>> input =
       jasper::AudioInput::Create(format, model_rate);

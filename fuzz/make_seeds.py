@@ -81,6 +81,11 @@ put("fuzz_audio_input", "raw_pcm16_8k", bytes([0, 1, 0, 0]) + pieces(pcm16, 100)
 put("fuzz_audio_input", "raw_mulaw_44k", bytes([1, 7, 0, 0]) + pieces(mulaw, 40))
 put("fuzz_audio_input", "raw_alaw_8k", bytes([2, 1, 0, 1]) + pieces(mulaw, 160))
 put("fuzz_audio_input", "fox_head", bytes([0, 0, 0, 0]) + pieces(fox[:1200], 255))
+# Several channels (the channels byte is the count - 1): raw stereo 16-bit cut mid-frame, a
+# 3-channel 8 kHz WAV, a 9-channel WAV header (refused).
+put("fuzz_audio_input", "raw_stereo_odd", bytes([0, 3, 1, 0]) + pieces(pcm16, 37))
+put("fuzz_audio_input", "wav_3ch_8k", bytes([0, 0, 0, 0]) + pieces(wav(1, 16, 8000, 3, pcm16[:96]), 11))
+put("fuzz_audio_input", "wav_9ch", bytes([0, 0, 0, 0]) + pieces(wav(1, 16, 16000, 9, pcm16[:72]), 64))
 
 # fuzz_resample: [in rate index][out rate index] + [count][count floats]...
 def floats(n, f=440.0, rate=8000):
