@@ -404,6 +404,34 @@ TEST_F(StreamSessionTest, EmptyStreamGivesOneEmptyFinal) {
   EXPECT_TRUE(c.finals()[0].transcript.empty());
 }
 
+// A caller that pushes only when CanAcceptAudio() or on_space_available said yes is never
+// refused, however fast it sends. Resampled input made this fail: decoding put the resampler's
+// delayed samples on the count without a push, so a yes could turn into RESOURCE_EXHAUSTED by
+// the time the push came (seen on 8 kHz asterisk prompts streamed as fast as allowed).
+TEST_F(StreamSessionTest, APushAfterAYesIsNeverRefused) {
+  auto scheduler = MakeScheduler();
+  std::vector<int16_t> pcm(8000 * 20);  // 20 s at 8 kHz: a warble, resampled to 16 kHz
+  for (size_t i = 0; i < pcm.size(); ++i) {
+    const double t = static_cast<double>(i) / 8000;
+    pcm[i] = static_cast<int16_t>(8000 * std::sin(2 * M_PI * (300 + 200 * std::sin(7 * t)) * t));
+  }
+  std::vector<uint8_t> bytes;
+  for (int16_t v : pcm) {
+    bytes.push_back(static_cast<uint8_t>(v & 0xFF));
+    bytes.push_back(static_cast<uint8_t>((v >> 8) & 0xFF));
+  }
+  StreamingOptions o;
+  o.max_buffered_audio_ms = 1600;  // the least the window allows: many full-buffer turns
+  for (size_t piece : {size_t{320}, size_t{1001}, size_t{4000}}) {
+    Collector c;
+    auto session = MakeSession(scheduler.get(), &c, o, {AudioEncoding::kLinearPcm16, 8000, 1});
+    ASSERT_NE(session, nullptr);
+    const absl::Status s = StreamAll(session.get(), &c, bytes, {piece});
+    EXPECT_TRUE(s.ok()) << "piece " << piece << ": " << s;
+    EXPECT_GT(c.spaces(), 0) << "the buffer never filled";
+  }
+}
+
 TEST_F(StreamSessionTest, ResampledMuLawInput) {
   // 8 kHz mu-law (telephony) is decoded and upsampled; the session still runs to completion.
   auto scheduler = MakeScheduler();

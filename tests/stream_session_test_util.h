@@ -113,11 +113,21 @@ class Collector {
                  [this, n] { return interims_.size() >= n || done_calls_ > 0; });
     return interims_.size() >= n;
   }
-  void WaitSpace() {
+  void WaitSpace() { (void)WaitSpaceAfter(0); }
+  // Waits for an on_space_available beyond the first `seen` (or the end of the session);
+  // false (and the test failed) when neither came within kWaitLimit.
+  bool WaitSpaceAfter(int seen) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, kWaitLimit, [this] { return space_ > 0 || done_calls_ > 0; })) {
+    if (!cv_.wait_for(lock, kWaitLimit,
+                      [this, seen] { return space_ > seen || done_calls_ > 0; })) {
       ADD_FAILURE() << "on_space_available did not come within " << kWaitLimit.count() << " s";
+      return false;
     }
+    return true;
+  }
+  int spaces() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return space_;
   }
   std::vector<SessionResult> finals() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -205,7 +215,14 @@ class StreamSessionTest : public ::testing::Test {
                                 const std::vector<size_t>& pieces) {
     size_t pos = 0, k = 0;
     while (pos < bytes.size()) {
-      if (!session->CanAcceptAudio()) collector->WaitSpace();
+      // As the server does: push only after CanAcceptAudio() or a new on_space_available.
+      for (;;) {
+        const int seen = collector->spaces();
+        if (session->CanAcceptAudio() || collector->done_calls() > 0) break;
+        if (!collector->WaitSpaceAfter(seen)) {
+          return absl::DeadlineExceededError("test wait: no on_space_available");
+        }
+      }
       const size_t n = std::min(pieces[k++ % pieces.size()], bytes.size() - pos);
       absl::Status s = session->PushAudio(absl::MakeConstSpan(bytes).subspan(pos, n));
       if (!s.ok()) return s;

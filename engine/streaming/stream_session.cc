@@ -161,6 +161,10 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
   bool release_posted_ = false;
   // Delivery.
   mutable bool space_wanted_ = false;
+  // CanAcceptAudio() said yes, or on_space_available was queued, since the last push: the next
+  // push is accepted even if the count has risen meanwhile (decoding can put a few more
+  // samples on it than the bytes were counted at: the resampler releases its delay line).
+  mutable bool push_granted_ = false;
   std::deque<Event> outbox_;
   bool drain_posted_ = false;
   Callbacks callbacks_;  // used only by Drain(), on the delivery strand
@@ -243,7 +247,7 @@ absl::Status StreamSession::Impl::PushAudio(absl::Span<const uint8_t> bytes) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ != State::kActive) return TerminalStatus();
-    if (HeldSamples() >= max_buffered_samples_) {
+    if (HeldSamples() >= max_buffered_samples_ && !push_granted_) {
       rejected = absl::ResourceExhaustedError(
           absl::StrCat("audio pushed while the session's buffer is full (max_buffered_audio_ms = ",
                        options_.max_buffered_audio_ms, "); wait for on_space_available"));
@@ -251,6 +255,7 @@ absl::Status StreamSession::Impl::PushAudio(absl::Span<const uint8_t> bytes) {
       post = NeedDrain();
     } else {
       EnqueueInput(Input::kAudio, bytes);
+      push_granted_ = false;
       if (HeldSamples() >= max_buffered_samples_) space_wanted_ = true;
     }
   }
@@ -263,7 +268,10 @@ absl::Status StreamSession::Impl::PushAudio(absl::Span<const uint8_t> bytes) {
 bool StreamSession::Impl::CanAcceptAudio() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ != State::kActive) return false;
-  if (HeldSamples() < max_buffered_samples_) return true;
+  if (HeldSamples() < max_buffered_samples_ || push_granted_) {
+    push_granted_ = true;
+    return true;
+  }
   space_wanted_ = true;
   return false;
 }
@@ -559,6 +567,7 @@ void StreamSession::Impl::Emit(std::vector<SessionResult>* results) {
 void StreamSession::Impl::MaybeSignalSpace() {
   if (space_wanted_ && state_ == State::kActive && HeldSamples() < max_buffered_samples_) {
     space_wanted_ = false;
+    push_granted_ = true;
     Event e;
     e.kind = Event::kSpace;
     outbox_.push_back(std::move(e));

@@ -69,7 +69,9 @@ struct StreamingOptions {
   // Unprocessed audio the session holds: received and not yet cut into a window, plus bytes
   // received and not yet decoded (counted at the format's byte rate; at the model rate for a
   // WAV header not yet read). A push is accepted while this is below the bound (one push may
-  // overshoot it); it must be >= chunk_ms + right_context_ms.
+  // overshoot it), and always after CanAcceptAudio() or on_space_available said yes (the
+  // count can rise by a few samples as the audio is decoded); it must be >= chunk_ms +
+  // right_context_ms.
   int max_buffered_audio_ms = 10000;  // [.., 600000]
   // Audio beyond this (at the model rate) fails the stream with OUT_OF_RANGE.
   int64_t max_stream_duration_ms = 3600000;  // 1 h; [1000, 86400000]
