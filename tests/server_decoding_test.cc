@@ -74,6 +74,14 @@ class ServerDecodingTest : public ::testing::Test {
     return text;
   }
 
+  // Recognize on either API's stub with the test deadline.
+  template <typename Stub, typename Request, typename Response>
+  static grpc::Status Call(Stub* stub, const Request& request, Response* response) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn());
+    return stub->Recognize(&context, request, response);
+  }
+
   inline static JasperServer* server_ = nullptr;
   inline static pb::Asr::Stub* asr_ = nullptr;
   inline static rasr::RivaSpeechRecognition::Stub* riva_ = nullptr;
@@ -105,9 +113,7 @@ TEST_F(ServerDecodingTest, RivaSpeechContextsBoostToo) {
   context->set_boost(6.0f);
   request.set_audio(ReadFileBytes(kRoot / kRevocation));
   rasr::RecognizeResponse response;
-  grpc::ClientContext c;
-  c.set_deadline(DeadlineIn());
-  const grpc::Status status = riva_->Recognize(&c, request, &response);
+  const grpc::Status status = Call(riva_, request, &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
   ASSERT_GE(response.results_size(), 1);
   EXPECT_THAT(response.results(0).alternatives(0).transcript(), HasSubstr("revocation"));
@@ -122,9 +128,7 @@ TEST_F(ServerDecodingTest, MaxAlternativesGivesDistinctHypothesesOnBothApis) {
   request.mutable_config()->set_enable_word_time_offsets(true);
   request.set_audio(ReadFileBytes(kRoot / kRevocation));
   pb::RecognizeResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineIn());
-  const grpc::Status status = asr_->Recognize(&context, request, &response);
+  const grpc::Status status = Call(asr_, request, &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
   ASSERT_EQ(response.results_size(), 1);
   const auto& result = response.results(0);
@@ -146,9 +150,7 @@ TEST_F(ServerDecodingTest, MaxAlternativesGivesDistinctHypothesesOnBothApis) {
   riva_request.mutable_config()->set_max_alternatives(4);
   riva_request.set_audio(ReadFileBytes(kRoot / kRevocation));
   rasr::RecognizeResponse riva_response;
-  grpc::ClientContext c;
-  c.set_deadline(DeadlineIn());
-  const grpc::Status riva_status = riva_->Recognize(&c, riva_request, &riva_response);
+  const grpc::Status riva_status = Call(riva_, riva_request, &riva_response);
   ASSERT_TRUE(riva_status.ok()) << riva_status.error_message();
   ASSERT_EQ(riva_response.results_size(), 1);
   ASSERT_EQ(riva_response.results(0).alternatives_size(), result.alternatives_size());
@@ -159,9 +161,7 @@ TEST_F(ServerDecodingTest, MaxAlternativesGivesDistinctHypothesesOnBothApis) {
   // One alternative (0 or 1) stays greedy and single.
   request.mutable_config()->set_max_alternatives(1);
   pb::RecognizeResponse one;
-  grpc::ClientContext c1;
-  c1.set_deadline(DeadlineIn());
-  ASSERT_TRUE(asr_->Recognize(&c1, request, &one).ok());
+  ASSERT_TRUE(Call(asr_, request, &one).ok());
   ASSERT_EQ(one.results_size(), 1);
   EXPECT_EQ(one.results(0).alternatives_size(), 1);
   EXPECT_EQ(one.results(0).alternatives(0).transcript(), Recognize(kRevocation, ""));
@@ -204,9 +204,7 @@ TEST_F(ServerDecodingTest, BadDecodingRequestsAreInvalidArgument) {
   request.mutable_config()->set_max_alternatives(11);
   request.set_audio(ReadFileBytes(kRoot / kRevocation));
   pb::RecognizeResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineIn());
-  const grpc::Status status = asr_->Recognize(&context, request, &response);
+  const grpc::Status status = Call(asr_, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("max_alternatives must be in [0, 10]"));
   // The server is fine afterwards.

@@ -10,6 +10,7 @@
 # Env: CLIENT_BIN (build/client/jasper-client), MODEL_DIR (models/quartznet_en_tts_small).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. tools/lib/server.sh
 [ $# -ge 2 ] || { echo "usage: $0 OLD_SERVER_BIN NEW_SERVER_BIN [FILE...]" >&2; exit 2; }
 CLIENT_BIN=${CLIENT_BIN:-build/client/jasper-client}
 MODEL_DIR=${MODEL_DIR:-models/quartznet_en_tts_small}
@@ -30,25 +31,15 @@ cleanup() {
 trap cleanup EXIT
 for i in 0 1; do
   log="$WORK/server$i.log"
-  "${servers[$i]}" --model_dir="$MODEL_DIR" --listen=127.0.0.1:0 >"$log" 2>&1 &
-  SERVER_PID=$!
-  port=""
-  for _ in $(seq 1 600); do
-    port=$(sed -n 's/.*(port \([0-9][0-9]*\)).*/\1/p' "$log" | head -n1)
-    [ -n "$port" ] && break
-    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$log" >&2; exit 1; }
-    sleep 0.1
-  done
-  [ -n "$port" ] || { echo "${servers[$i]} did not start" >&2; exit 1; }
+  start_server "${servers[$i]}" "$log" --model_dir="$MODEL_DIR"
+  port=$SERVER_PORT
   for mode in offline streaming; do
     for decoder in greedy beam; do
       "$CLIENT_BIN" --server="127.0.0.1:$port" --mode="$mode" --decoder="$decoder" \
         --report=false "${files[@]}" 2>/dev/null | sort >"$WORK/$i.$mode.$decoder"
     done
   done
-  kill "$SERVER_PID"
-  wait "$SERVER_PID" 2>/dev/null || true
-  SERVER_PID=""
+  stop_server
 done
 status=0
 for mode in offline streaming; do

@@ -18,10 +18,6 @@ enum class Priority {
 };
 inline constexpr int kNumPriorities = 2;
 
-inline const char* PriorityName(Priority p) {
-  return p == Priority::kInteractive ? "interactive" : "bulk";
-}
-
 }  // namespace jasper
 
 #endif  // JASPER_ENGINE_STREAMING_PRIORITY_H_

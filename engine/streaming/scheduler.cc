@@ -93,7 +93,7 @@ absl::Status Scheduler::Submit(WindowRequest& request) {
       refused = invalid;
     } else if (shutting_down_) {
       refused = absl::UnavailableError("scheduler is shut down");
-    } else if (queued_ >= options_.max_queued_windows) {
+    } else if (Queued() >= options_.max_queued_windows) {
       refused = absl::ResourceExhaustedError(absl::StrCat(
           "scheduler queue is full (", options_.max_queued_windows, " windows waiting)"));
     }
@@ -107,7 +107,6 @@ absl::Status Scheduler::Submit(WindowRequest& request) {
       const int priority = static_cast<int>(p.request.priority);
       queues_[priority][bucket].push_back(std::move(p));
       ++queued_by_priority_[priority];
-      ++queued_;
       ++stats_.submitted;
       ++stats_.bucket_requests[bucket];
       work_cv_.notify_all();
@@ -137,8 +136,8 @@ int Scheduler::OldestBucket(const Buckets& buckets) {
 std::vector<Scheduler::Pending> Scheduler::NextBatch() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    work_cv_.wait(lock, [this] { return queued_ > 0 || shutting_down_; });
-    if (queued_ == 0) return {};  // shutting down with nothing left
+    work_cv_.wait(lock, [this] { return Queued() > 0 || shutting_down_; });
+    if (Queued() == 0) return {};  // shutting down with nothing left
     constexpr int kInteractive = static_cast<int>(Priority::kInteractive);
     const int priority =
         queued_by_priority_[kInteractive] > 0 ? kInteractive : static_cast<int>(Priority::kBulk);
@@ -172,7 +171,6 @@ std::vector<Scheduler::Pending> Scheduler::NextBatch() {
         ++it;
       }
     }
-    queued_ -= static_cast<int64_t>(batch.size());
     queued_by_priority_[priority] -= static_cast<int64_t>(batch.size());
     stats_.running += static_cast<int64_t>(batch.size());
     return batch;
@@ -316,7 +314,7 @@ void Scheduler::Shutdown() {
 SchedulerStats Scheduler::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   SchedulerStats s = stats_;
-  s.queue_depth = queued_;
+  s.queue_depth = Queued();
   s.bulk_queue_depth = queued_by_priority_[static_cast<int>(Priority::kBulk)];
   if (stats_.batches > 0) {
     s.mean_batch_size = sum_batch_sizes_ / static_cast<double>(stats_.batches);

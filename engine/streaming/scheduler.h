@@ -180,6 +180,12 @@ class Scheduler {
   void RunBatch(int replica, Backend* backend, std::vector<Pending> batch);
   // Index of the bucket of `buckets` holding the oldest request, or -1. Requires mu_.
   static int OldestBucket(const Buckets& buckets);
+  // Requests queued, all priorities. Requires mu_.
+  int64_t Queued() const {
+    int64_t n = 0;
+    for (int64_t q : queued_by_priority_) n += q;
+    return n;
+  }
 
   const SchedulerOptions options_;
   Clock* const clock_;
@@ -191,7 +197,6 @@ class Scheduler {
   // All guarded by mu_:
   std::array<Buckets, kNumPriorities> queues_;  // by Priority
   std::array<int64_t, kNumPriorities> queued_by_priority_{};
-  int64_t queued_ = 0;  // sum of queued_by_priority_
   int64_t next_seq_ = 0;
   bool shutting_down_ = false;
   SchedulerStats stats_;

@@ -30,7 +30,6 @@ void TaskPool::Schedule(std::shared_ptr<Strand> strand) {
     std::lock_guard<std::mutex> lock(mu_);
     if (live_threads_ > 0) {
       ready_[static_cast<int>(strand->priority_)].push_back(std::move(strand));
-      ++num_ready_;
       cv_.notify_one();
       return;
     }
@@ -44,8 +43,8 @@ void TaskPool::Loop() {
     std::shared_ptr<Strand> strand;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return num_ready_ > 0 || stop_; });
-      if (num_ready_ == 0) {  // stopping with nothing left
+      cv_.wait(lock, [this] { return AnyReady() || stop_; });
+      if (!AnyReady()) {  // stopping with nothing left
         --live_threads_;
         return;
       }
@@ -53,7 +52,6 @@ void TaskPool::Loop() {
         if (queue.empty()) continue;
         strand = std::move(queue.front());
         queue.pop_front();
-        --num_ready_;
         break;
       }
     }
@@ -61,7 +59,6 @@ void TaskPool::Loop() {
       std::lock_guard<std::mutex> lock(mu_);
       // Its next task waits for the turns of the other strands of its priority.
       ready_[static_cast<int>(strand->priority_)].push_back(std::move(strand));
-      ++num_ready_;
       cv_.notify_one();
     }
   }

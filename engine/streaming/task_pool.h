@@ -23,7 +23,6 @@
 
 #include <array>
 #include <condition_variable>
-#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -55,15 +54,21 @@ class TaskPool {
   // Queues a strand that has tasks (or runs it here once every thread has exited).
   void Schedule(std::shared_ptr<Strand> strand);
   void Loop();
+  // Whether a strand waits in ready_. Requires mu_.
+  bool AnyReady() const {
+    for (const auto& queue : ready_) {
+      if (!queue.empty()) return true;
+    }
+    return false;
+  }
 
   // std::mutex rather than absl::Mutex: see engine/streaming/clock.h (ThreadSanitizer).
   std::mutex mu_;
   std::condition_variable cv_;
   // Guarded by mu_: strands with tasks, in turn, one queue per Priority (interactive first).
   std::array<std::deque<std::shared_ptr<Strand>>, kNumPriorities> ready_;
-  int64_t num_ready_ = 0;  // guarded by mu_; strands in ready_
-  bool stop_ = false;      // guarded by mu_
-  int live_threads_ = 0;   // guarded by mu_; threads not yet exited (0: run posts inline)
+  bool stop_ = false;     // guarded by mu_
+  int live_threads_ = 0;  // guarded by mu_; threads not yet exited (0: run posts inline)
   std::vector<std::thread> threads_;
 };
 

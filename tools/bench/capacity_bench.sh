@@ -10,6 +10,7 @@
 #   STREAMS_LIST ("256 384"), ITER (60), CLIPS (tests/fixtures/heldout).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tools/lib/server.sh
 [ $# -ge 1 ] || { echo "usage: $0 SERVER_BIN [SERVER_BIN...]" >&2; exit 2; }
 CLIENT_BIN=${CLIENT_BIN:-build/client/jasper-client}
 MODEL_DIR=${MODEL_DIR:-models/quartznet_en_tts_small}
@@ -24,17 +25,8 @@ cleanup() {
 trap cleanup EXIT
 for n in ${STREAMS_LIST:-256 384}; do
   for server in "$@"; do
-    "$server" --model_dir="$MODEL_DIR" --listen=127.0.0.1:0 --max_concurrent_streams=1000 \
-      >"$LOG" 2>&1 &
-    SERVER_PID=$!
-    port=""
-    for _ in $(seq 1 600); do
-      port=$(sed -n 's/.*(port \([0-9][0-9]*\)).*/\1/p' "$LOG" | head -n1)
-      [ -n "$port" ] && break
-      kill -0 "$SERVER_PID" 2>/dev/null || { cat "$LOG" >&2; exit 1; }
-      sleep 0.1
-    done
-    [ -n "$port" ] || { echo "$server did not start" >&2; exit 1; }
+    start_server "$server" "$LOG" --model_dir="$MODEL_DIR" --max_concurrent_streams=1000
+    port=$SERVER_PORT
     "$CLIENT_BIN" --server="127.0.0.1:$port" --audio="$CLIPS" --mode=streaming \
       --simulate_realtime --chunk_ms=160 --interim_results --parallel="$n" \
       --iterations="$ITER" --output=json 2>/dev/null | grep '^{"report"' | tail -1 |
@@ -49,8 +41,6 @@ calls = ", ".join(f"{v} {k}" for k, v in sorted(r["calls"].items()))
 fin, par = cells("final"), cells("partial")
 print(f"| {n} | {server} | {calls} | {fin} | {par} |")
 ' "$n" "$server"
-    kill "$SERVER_PID"
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=""
+    stop_server
   done
 done

@@ -16,6 +16,7 @@
 # The offline file is the clips concatenated six times (2.5 min, made with sox).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tools/lib/server.sh
 [ $# -ge 1 ] || { echo "usage: $0 SERVER_BIN [SERVER_BIN...]" >&2; exit 2; }
 CLIENT_BIN=${CLIENT_BIN:-build/client/jasper-client}
 MODEL_DIR=${MODEL_DIR:-models/quartznet_en_tts_small}
@@ -54,17 +55,9 @@ for server in "$@"; do
   n=$((n + 1))
   log="$WORK/server$n.log"
   # shellcheck disable=SC2086
-  "$server" --model_dir="$MODEL_DIR" --listen=127.0.0.1:0 --max_concurrent_streams=1000 \
-    ${SERVER_ARGS:-} >"$log" 2>&1 &
-  SERVER_PID=$!
-  port=""
-  for _ in $(seq 1 600); do
-    port=$(sed -n 's/.*(port \([0-9][0-9]*\)).*/\1/p' "$log" | head -n1)
-    [ -n "$port" ] && break
-    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$log" >&2; exit 1; }
-    sleep 0.1
-  done
-  [ -n "$port" ] || { echo "$server did not start" >&2; exit 1; }
+  start_server "$server" "$log" --model_dir="$MODEL_DIR" --max_concurrent_streams=1000 \
+    ${SERVER_ARGS:-}
+  port=$SERVER_PORT
   echo "$server on port $port" >&2
   streams "$port" "$WORK/$n.alone1.json"
   "$CLIENT_BIN" --server="127.0.0.1:$port" --audio="$WORK/long.wav" --mode=offline \
@@ -77,9 +70,7 @@ for server in "$@"; do
   OFFLINE_PID=""
   sleep 2
   streams "$port" "$WORK/$n.alone2.json"
-  kill "$SERVER_PID"
-  wait "$SERVER_PID" 2>/dev/null || true
-  SERVER_PID=""
+  stop_server
   echo "$server" >"$WORK/$n.name"
 done
 
