@@ -19,6 +19,7 @@ done
 RUNTIME_PACKAGES=(
   libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libspdlog1.10 libfmt9
   libsoxr0 libgomp1
+  libflac12 libogg0 libopus0 libvorbis0a libmpg123-0  # compressed audio (engine/audio/codec.h)
 )
 # Every program and runtime that tools/run_demo.sh and every stage of tools/test.sh use, by stage
 # (tests/install_deps_test.py fails the suite when a stage invokes a program, imports a Python
@@ -27,6 +28,7 @@ BUILD_PACKAGES=(  # tools/build.sh: the main build (CMake, Ninja, ccache, gcc; C
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev nlohmann-json3-dev libopenblas-dev libsoxr-dev
+  libflac-dev libogg-dev libopus-dev libvorbis-dev libmpg123-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 TEST_PACKAGES=(  # test stage (CTest): converter, deploy checks, Riva venv, soak, TLS certificates

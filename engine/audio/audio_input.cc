@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -56,6 +57,12 @@ const char* AudioEncodingName(AudioEncoding encoding) {
       return "MULAW";
     case AudioEncoding::kAlaw:
       return "ALAW";
+    case AudioEncoding::kFlac:
+      return "FLAC";
+    case AudioEncoding::kOggOpus:
+      return "OGGOPUS";
+    case AudioEncoding::kMp3:
+      return "MP3";
   }
   return "UNKNOWN";
 }
@@ -65,29 +72,42 @@ absl::Status AudioFormat::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("audio_channel_count must be in [1, ",
                                                    kMaxInputChannels, "], got ", channels));
   }
-  if (encoding != AudioEncoding::kLinearPcm16 && encoding != AudioEncoding::kMulaw &&
-      encoding != AudioEncoding::kAlaw) {
-    return absl::InvalidArgumentError("encoding: unsupported audio encoding");
+  switch (encoding) {
+    case AudioEncoding::kLinearPcm16:
+    case AudioEncoding::kMulaw:
+    case AudioEncoding::kAlaw:
+    case AudioEncoding::kFlac:
+    case AudioEncoding::kOggOpus:
+    case AudioEncoding::kMp3:
+      break;
+    default:
+      return absl::InvalidArgumentError("encoding: unsupported audio encoding");
   }
   if (sample_rate_hz != 0) return CheckRate(sample_rate_hz, "sample_rate_hertz");
   return absl::OkStatus();
 }
 
-AudioInput::AudioInput(const AudioFormat& format, int model_rate)
-    : format_(format), model_rate_(model_rate) {}
+AudioInput::AudioInput(const AudioFormat& format, int model_rate, int64_t max_samples_per_call)
+    : format_(format), model_rate_(model_rate), max_samples_per_call_(max_samples_per_call) {}
 
 AudioInput::~AudioInput() = default;
 
 absl::StatusOr<std::unique_ptr<AudioInput>> AudioInput::Create(const AudioFormat& format,
-                                                               int model_sample_rate_hz) {
+                                                               int model_sample_rate_hz,
+                                                               int64_t max_samples_per_call) {
   JASPER_RETURN_IF_ERROR(format.Validate());
   JASPER_RETURN_IF_ERROR(CheckRate(model_sample_rate_hz, "model sample rate"));
-  return std::unique_ptr<AudioInput>(new AudioInput(format, model_sample_rate_hz));
+  if (max_samples_per_call < 0) {
+    return absl::InvalidArgumentError("max_samples_per_call must be >= 0");
+  }
+  return std::unique_ptr<AudioInput>(
+      new AudioInput(format, model_sample_rate_hz, max_samples_per_call));
 }
 
 absl::Status AudioInput::Fail(absl::Status status) {
   state_ = State::kFailed;
   pending_.clear();
+  pending_decode_ = false;
   return status;
 }
 
@@ -224,6 +244,10 @@ absl::Status AudioInput::DecodeData(absl::Span<const uint8_t> bytes,
         scratch_.resize(whole);
         for (size_t i = 0; i < whole; ++i) scratch_[i] = ALawToFloat(data[i]);
         break;
+      case AudioEncoding::kFlac:
+      case AudioEncoding::kOggOpus:
+      case AudioEncoding::kMp3:  // decoded by DecodeCompressed, never here
+        return Fail(absl::InternalError("compressed audio in the PCM decoder"));
     }
   }
   DownmixInPlace(format_.channels, &scratch_);
@@ -244,6 +268,12 @@ absl::Status AudioInput::Push(absl::Span<const uint8_t> bytes, std::vector<float
       return absl::FailedPreconditionError("audio pushed after the end of the stream");
     case State::kData:
       return DecodeData(bytes, samples_out);
+    case State::kCompressed:
+      if (pending_decode_) {
+        return absl::FailedPreconditionError("audio pushed while decoded output is pending");
+      }
+      if (absl::Status s = codec_->Feed(bytes); !s.ok()) return Fail(s);
+      return DecodeCompressed(samples_out);
     case State::kSniffing:
     case State::kWavHeader:
       break;
@@ -252,6 +282,42 @@ absl::Status AudioInput::Push(absl::Span<const uint8_t> bytes, std::vector<float
   // Nothing received yet (empty pushes): nothing to sniff. Also keeps memcmp's pointer valid.
   if (pending_.empty()) return absl::OkStatus();
   if (state_ == State::kSniffing) {
+    // Compressed audio: by the encoding, or by its container's magic in a LINEAR_PCM stream.
+    const bool may_be_compressed = format_.encoding != AudioEncoding::kMulaw &&
+                                   format_.encoding != AudioEncoding::kAlaw;
+    const SniffResult sniffed = may_be_compressed ? SniffCodec(pending_) : SniffResult::kNone;
+    if (sniffed == SniffResult::kNeedMore) return absl::OkStatus();
+    std::optional<Codec> codec;
+    switch (format_.encoding) {
+      case AudioEncoding::kFlac:
+        if (sniffed != SniffResult::kFlac) {
+          return Fail(absl::InvalidArgumentError("FLAC audio must start with \"fLaC\""));
+        }
+        codec = Codec::kFlac;
+        break;
+      case AudioEncoding::kOggOpus:
+        if (sniffed != SniffResult::kOgg) {
+          return Fail(absl::InvalidArgumentError("OGGOPUS audio must start with an Ogg page"));
+        }
+        codec = Codec::kOgg;
+        break;
+      case AudioEncoding::kMp3:
+        codec = Codec::kMp3;
+        break;
+      case AudioEncoding::kLinearPcm16:
+        if (sniffed == SniffResult::kFlac) codec = Codec::kFlac;
+        if (sniffed == SniffResult::kOgg) codec = Codec::kOgg;
+        if (sniffed == SniffResult::kMp3) codec = Codec::kMp3;
+        break;
+      default:
+        break;
+    }
+    if (codec.has_value()) {
+      std::vector<uint8_t> data = std::move(pending_);
+      pending_.clear();
+      JASPER_RETURN_IF_ERROR(StartCompressed(*codec, data));
+      return DecodeCompressed(samples_out);
+    }
     // Decide between WAV and raw as soon as the first 12 bytes (or a mismatch) are there.
     static constexpr char kRiff[] = "RIFF";
     const size_t check = std::min<size_t>(pending_.size(), 4);
@@ -289,7 +355,23 @@ absl::Status AudioInput::Flush(std::vector<float>* samples_out) {
       return absl::OkStatus();
     case State::kWavHeader:
       return Fail(absl::InvalidArgumentError("WAV: the stream ended inside the WAV header"));
+    case State::kCompressed:
+      if (pending_decode_) {
+        return absl::FailedPreconditionError("Flush while decoded output is pending");
+      }
+      flushed_input_ = true;
+      return DecodeCompressed(samples_out);
     case State::kSniffing: {
+      if (format_.encoding == AudioEncoding::kFlac ||
+          format_.encoding == AudioEncoding::kOggOpus || format_.encoding == AudioEncoding::kMp3) {
+        // A compressed stream shorter than its magic.
+        if (pending_.empty()) {
+          state_ = State::kFlushed;
+          return absl::OkStatus();
+        }
+        return Fail(absl::InvalidArgumentError(absl::StrCat(
+            AudioEncodingName(format_.encoding), ": the stream ended inside its header")));
+      }
       // Fewer than 12 bytes in all: raw audio.
       std::vector<uint8_t> data = std::move(pending_);
       pending_.clear();
@@ -310,6 +392,80 @@ absl::Status AudioInput::Flush(std::vector<float>* samples_out) {
   }
   state_ = State::kFlushed;
   return absl::OkStatus();
+}
+
+absl::Status AudioInput::StartCompressed(Codec codec, absl::Span<const uint8_t> bytes) {
+  absl::StatusOr<std::unique_ptr<CodecDecoder>> decoder = CodecDecoder::Create(codec, model_rate_);
+  if (!decoder.ok()) return Fail(decoder.status());
+  codec_ = std::move(*decoder);
+  switch (codec) {
+    case Codec::kFlac:
+      format_.encoding = AudioEncoding::kFlac;
+      break;
+    case Codec::kOgg:
+      format_.encoding = AudioEncoding::kOggOpus;
+      break;
+    case Codec::kMp3:
+      format_.encoding = AudioEncoding::kMp3;
+      break;
+  }
+  format_.sample_rate_hz = 0;  // the stream's header says
+  state_ = State::kCompressed;
+  if (absl::Status s = codec_->Feed(bytes); !s.ok()) return Fail(s);
+  return absl::OkStatus();
+}
+
+absl::Status AudioInput::StartCompressedFormat(int rate, int channels) {
+  const char* name = AudioEncodingName(format_.encoding);
+  if (channels < 1 || channels > kMaxInputChannels) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", channels, " channels; at most ",
+                                                   kMaxInputChannels, " are supported"));
+  }
+  JASPER_RETURN_IF_ERROR(CheckRate(rate, absl::StrCat(name, " sample rate").c_str()));
+  format_.sample_rate_hz = rate;
+  format_.channels = channels;
+  if (rate != model_rate_) {
+    absl::StatusOr<Resampler> r = Resampler::Create(rate, model_rate_);
+    if (!r.ok()) return r.status();
+    resampler_ = std::make_unique<Resampler>(std::move(*r));
+  }
+  codec_format_known_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status AudioInput::DecodeCompressed(std::vector<float>* samples_out) {
+  int64_t produced = 0;
+  auto sink = [&](const float* x, int64_t frames, int rate,
+                  int channels) -> absl::StatusOr<bool> {
+    if (!codec_format_known_) JASPER_RETURN_IF_ERROR(StartCompressedFormat(rate, channels));
+    scratch_.assign(x, x + frames * channels);
+    DownmixInPlace(channels, &scratch_);
+    input_samples_ += frames;
+    const size_t before = samples_out->size();
+    if (resampler_ == nullptr) {
+      samples_out->insert(samples_out->end(), scratch_.begin(), scratch_.end());
+    } else {
+      JASPER_RETURN_IF_ERROR(resampler_->Process(scratch_, samples_out));
+    }
+    produced += static_cast<int64_t>(samples_out->size() - before);
+    return max_samples_per_call_ <= 0 || produced < max_samples_per_call_;
+  };
+  bool exhausted = true;
+  if (absl::Status s = codec_->Decode(flushed_input_, sink, &exhausted); !s.ok()) return Fail(s);
+  pending_decode_ = !exhausted;
+  if (flushed_input_ && exhausted) {
+    if (resampler_ != nullptr) {
+      if (absl::Status s = resampler_->Flush(samples_out); !s.ok()) return Fail(s);
+    }
+    state_ = State::kFlushed;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AudioInput::Continue(std::vector<float>* samples_out) {
+  if (state_ == State::kFailed) return absl::InvalidArgumentError("audio input already failed");
+  if (state_ != State::kCompressed || !pending_decode_) return absl::OkStatus();
+  return DecodeCompressed(samples_out);
 }
 
 }  // namespace jasper

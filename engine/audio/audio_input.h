@@ -2,6 +2,9 @@
 //
 // Decodes LINEAR_PCM (signed 16-bit little-endian), G.711 mu-law and A-law; detects a RIFF/WAV
 // header at the very start of a LINEAR_PCM stream and takes the encoding and rate from it;
+// decodes compressed audio (FLAC, Ogg Opus, Ogg Vorbis, MP3; engine/audio/codec.h), chosen by
+// the encoding or, for a LINEAR_PCM stream, by the container's magic at its start ("fLaC",
+// "OggS", "ID3"), with the rate and channels from the stream's own header;
 // carries a partial sample frame over to the next Push(); averages interleaved channels into
 // one (up to 8: a downmix, before anything else); resamples to the model
 // rate with a streaming resampler (engine/audio/resample.h, libsoxr), so the output of a stream cut
@@ -21,19 +24,24 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/audio/codec.h"
 
 namespace jasper {
 
 class Resampler;  // engine/audio/resample.h
 
-enum class AudioEncoding { kLinearPcm16, kMulaw, kAlaw };
+// kOggOpus: an Ogg stream of Opus or Vorbis. kMp3: MPEG audio layer III (with or without an
+// ID3v2 tag).
+enum class AudioEncoding { kLinearPcm16, kMulaw, kAlaw, kFlac, kOggOpus, kMp3 };
 
-// "LINEAR_PCM", "MULAW", "ALAW" (for logs and errors).
+// "LINEAR_PCM", "MULAW", "ALAW", "FLAC", "OGGOPUS", "MP3" (for logs and errors).
 const char* AudioEncodingName(AudioEncoding encoding);
 
 struct AudioFormat {
   AudioEncoding encoding = AudioEncoding::kLinearPcm16;
-  // 0 = unknown: allowed only for LINEAR_PCM streams that start with a WAV header.
+  // 0 = unknown: allowed only for LINEAR_PCM streams that start with a WAV header or a
+  // compressed container, and for compressed encodings (their header says the rate; a rate
+  // given for them is checked for range and otherwise ignored).
   int sample_rate_hz = 0;
   // Interleaved channels, averaged into one (a downmix) before resampling. [1, 8]
   int channels = 1;
@@ -53,9 +61,14 @@ inline constexpr int kMaxInputSampleRateHz = 48000;
 class AudioInput {
  public:
   // `model_sample_rate_hz`: the rate of the samples Push() produces (the model's featurizer
-  // rate). Errors: INVALID_ARGUMENT from AudioFormat::Validate().
+  // rate). `max_samples_per_call` (> 0; 0 = no bound): compressed audio decodes to at most
+  // about this many samples (at the model rate, plus one codec frame) per Push/Flush/Continue
+  // call; the rest of what was pushed stays inside (has_pending()) until Continue(). PCM is
+  // always decoded whole (its output is bounded by the bytes pushed).
+  // Errors: INVALID_ARGUMENT from AudioFormat::Validate().
   static absl::StatusOr<std::unique_ptr<AudioInput>> Create(const AudioFormat& format,
-                                                            int model_sample_rate_hz);
+                                                            int model_sample_rate_hz,
+                                                            int64_t max_samples_per_call = 0);
   ~AudioInput();
 
   // Decodes `bytes` and appends mono float samples in [-1, 1] at the model rate to
@@ -66,12 +79,22 @@ class AudioInput {
   // and rate (PCM 16-bit, mu-law, A-law). Errors (INVALID_ARGUMENT, the stream is then
   // unusable): a WAV header that is malformed or says more than 8 channels, an unsupported WAV
   // encoding or bit depth, a rate outside [8000, 48000], a sample rate of 0 with no WAV header
-  // ("sample_rate_hertz is required for raw audio"), Push after Flush.
+  // ("sample_rate_hertz is required for raw audio"), Push after Flush; compressed audio that is
+  // corrupt or unsupported (the codec's message), a compressed stream of more than 8 channels or
+  // a rate outside [8000, 48000]. Push while has_pending() is FAILED_PRECONDITION.
   absl::Status Push(absl::Span<const uint8_t> bytes, std::vector<float>* samples_out);
 
   // End of stream: drains the resampler. A dangling odd byte is dropped. An incomplete WAV
-  // header is INVALID_ARGUMENT.
+  // header, or a compressed stream that ends inside its header, is INVALID_ARGUMENT. Compressed
+  // audio may leave output pending (has_pending()): the stream has ended once Continue() has
+  // drained it.
   absl::Status Flush(std::vector<float>* samples_out);
+
+  // Compressed audio: output is pending (the last call stopped at max_samples_per_call).
+  bool has_pending() const { return pending_decode_; }
+  // Decodes the next max_samples_per_call of pending output (after a Flush, draining the
+  // resampler at the end). No-op when nothing is pending. Errors as Push.
+  absl::Status Continue(std::vector<float>* samples_out);
 
   // The format in effect (after a WAV header, the header's); rate 0 until known.
   const AudioFormat& format() const { return format_; }
@@ -80,7 +103,14 @@ class AudioInput {
   int64_t input_samples() const { return input_samples_; }
 
  private:
-  AudioInput(const AudioFormat& format, int model_rate);
+  AudioInput(const AudioFormat& format, int model_rate, int64_t max_samples_per_call);
+  // Compressed audio: creates the codec and feeds it `bytes`.
+  absl::Status StartCompressed(Codec codec, absl::Span<const uint8_t> bytes);
+  // Decodes what the codec holds, up to max_samples_per_call_ (see has_pending()); at the end of
+  // the stream (flushed_input_) and with nothing left, drains the resampler.
+  absl::Status DecodeCompressed(std::vector<float>* samples_out);
+  // The codec's first frame: checks its format, creates the resampler.
+  absl::Status StartCompressedFormat(int rate, int channels);
   // Header complete in pending_ (or raw audio): checks the format, creates the resampler.
   absl::Status StartData();
   // Tries to parse the WAV header held in pending_. Sets *complete when it is.
@@ -91,7 +121,8 @@ class AudioInput {
 
   AudioFormat format_;
   int model_rate_ = 0;
-  enum class State { kSniffing, kWavHeader, kData, kFlushed, kFailed };
+  int64_t max_samples_per_call_ = 0;
+  enum class State { kSniffing, kWavHeader, kData, kCompressed, kFlushed, kFailed };
   State state_ = State::kSniffing;
   std::vector<uint8_t> pending_;  // header bytes seen so far / partial sample carried over
   // WAV input: the header with the data chunk's size set to "unknown", so that each push's
@@ -104,6 +135,11 @@ class AudioInput {
   std::vector<float> scratch_;
   std::vector<uint8_t> wav_scratch_;
   int64_t input_samples_ = 0;
+  // Compressed audio.
+  std::unique_ptr<CodecDecoder> codec_;
+  bool codec_format_known_ = false;
+  bool flushed_input_ = false;   // Flush() was called: the codec has all the bytes
+  bool pending_decode_ = false;  // see has_pending()
 };
 
 }  // namespace jasper

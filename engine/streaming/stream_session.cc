@@ -109,8 +109,16 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
   bool NeedDrain();
 
   // On the front-end strand, without mu_:
-  // Processes the oldest queued input (one per RunInput posted).
+  // Processes the oldest queued input (one per RunInput posted). While compressed audio's
+  // decoded output is pending (decode_pending_), the input waits: its post is owed
+  // (deferred_input_posts_) and made again once RunDecodeMore has drained the decoder.
   void RunInput();
+  // Decodes the next piece of pending compressed audio (AudioInput::Continue).
+  void RunDecodeMore();
+  // After a decode step, with mu_ held: records whether output is pending (then decoding goes
+  // on once the windower has room: CutWindows posts RunDecodeMore), completes a deferred
+  // Finish once nothing is pending, and returns how many owed RunInput posts to make.
+  int AfterDecode(bool pending);
   // Cuts what a returned window allows and resubmits deferred windows.
   void RunCuts();
   // Frees the audio once the session has ended.
@@ -142,6 +150,7 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
 
   // The front-end strand's.
   std::unique_ptr<AudioInput> input_;
+  absl::Time pending_arrival_;  // arrival of the input whose decoded output is pending
   FrameCache frame_cache_;  // the previous window's log-mel rows (Featurize)
   std::vector<Cut> deferred_;
 
@@ -153,6 +162,13 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
   bool muted_ = false;  // session destroyed: deliver nothing
   std::deque<Input> inputs_;
   int64_t queued_input_bytes_ = 0;  // bytes of inputs_ and of the input being decoded
+  // Compressed audio whose decoded output did not fit one call (AudioInput::has_pending()):
+  // counts as a full buffer (HeldSamples) until drained.
+  bool decode_pending_ = false;
+  bool decode_stalled_ = false;     // pending, waiting for the windower to have room
+  int deferred_input_posts_ = 0;    // RunInput posts owed (see RunInput)
+  bool finish_deferred_ = false;    // Finish processed, its windower flush waits for the decode
+  absl::Time finish_arrival_;
   Windower windower_;
   StreamDecoder decoder_;
   int in_scheduler_ = 0;  // windows Submit() accepted (or is accepting) whose done has not run
@@ -172,12 +188,27 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
 
 namespace {
 
+// Compressed audio: queued bytes are counted as if they held this many samples per second of
+// 32 kbit/s (a low-bitrate stream: the estimate errs toward holding fewer bytes).
+constexpr double kCompressedBytesPerSecond = 4000.0;
+
 double SamplesPerInputByte(const AudioFormat& format, int model_rate) {
+  if (format.encoding == AudioEncoding::kFlac || format.encoding == AudioEncoding::kOggOpus ||
+      format.encoding == AudioEncoding::kMp3) {
+    return static_cast<double>(model_rate) / kCompressedBytesPerSecond;
+  }
   const int bytes_per_sample = format.encoding == AudioEncoding::kLinearPcm16 ? 2 : 1;
   const int rate = format.sample_rate_hz > 0 ? format.sample_rate_hz : model_rate;
   const int channels = std::max(1, format.channels);
   return static_cast<double>(model_rate) /
          (static_cast<double>(rate) * bytes_per_sample * channels);
+}
+
+// Compressed audio decodes at most this much per front-end step (a quarter of the buffer, at
+// least 1 s): the windower then holds at most max_buffered_audio_ms plus this.
+int64_t DecodeSamplesPerCall(const StreamingOptions& options, int sample_rate) {
+  return std::max<int64_t>(sample_rate, static_cast<int64_t>(options.max_buffered_audio_ms) *
+                                            sample_rate / 4000);
 }
 
 }  // namespace
@@ -224,7 +255,7 @@ absl::Status StreamSession::Impl::TerminalStatus() const {
 }
 
 int64_t StreamSession::Impl::HeldSamples() const {
-  return windower_.unprocessed_samples() +
+  return windower_.unprocessed_samples() + (decode_pending_ ? max_buffered_samples_ : 0) +
          static_cast<int64_t>(static_cast<double>(queued_input_bytes_) * samples_per_input_byte_);
 }
 
@@ -357,6 +388,10 @@ void StreamSession::Impl::RunInput() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kDone || inputs_.empty()) return;
+    if (decode_pending_) {
+      ++deferred_input_posts_;
+      return;
+    }
     input = std::move(inputs_.front());
     inputs_.pop_front();
     // The bytes stay counted in queued_input_bytes_ until their samples are in the windower:
@@ -371,9 +406,12 @@ void StreamSession::Impl::RunInput() {
   } else if (input.kind == Input::kFinish) {
     decoded = input_->Flush(&samples);
   }
+  const bool pending = input_->has_pending();
+  if (pending) pending_arrival_ = input.arrival;
   input.bytes = {};
   std::vector<Cut> cuts;
   bool post = false;
+  int reposts = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kDone) return;  // cancelled or failed meanwhile (the count is reset)
@@ -384,13 +422,60 @@ void StreamSession::Impl::RunInput() {
       if (input.kind == Input::kForceFinal) {
         windower_.Flush(WindowSlot::Kind::kForceFinal, input.arrival);
       } else if (input.kind == Input::kFinish) {
-        windower_.Flush(WindowSlot::Kind::kFinish, input.arrival);
+        if (pending) {
+          finish_deferred_ = true;
+          finish_arrival_ = input.arrival;
+        } else {
+          windower_.Flush(WindowSlot::Kind::kFinish, input.arrival);
+        }
       }
+      reposts = AfterDecode(pending);
       CutWindows(&cuts);
     }
     post = NeedDrain();
   }
   if (post) PostDrain();
+  for (int i = 0; i < reposts; ++i) PostFrontEnd(&Impl::RunInput);
+  SubmitCuts(std::move(cuts));
+}
+
+int StreamSession::Impl::AfterDecode(bool pending) {
+  decode_pending_ = pending;
+  decode_stalled_ = pending;  // CutWindows resumes it when the windower has room
+  if (pending) return 0;
+  if (finish_deferred_) {
+    finish_deferred_ = false;
+    windower_.Flush(WindowSlot::Kind::kFinish, finish_arrival_);
+  }
+  const int reposts = deferred_input_posts_;
+  deferred_input_posts_ = 0;
+  return reposts;
+}
+
+void StreamSession::Impl::RunDecodeMore() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ == State::kDone) return;
+  }
+  std::vector<float> samples;
+  const absl::Status decoded = input_->Continue(&samples);
+  const bool pending = input_->has_pending();
+  std::vector<Cut> cuts;
+  bool post = false;
+  int reposts = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ == State::kDone) return;
+    if (!decoded.ok()) {
+      Fail(decoded);
+    } else if (AppendAudio(samples, pending_arrival_)) {
+      reposts = AfterDecode(pending);
+      CutWindows(&cuts);
+    }
+    post = NeedDrain();
+  }
+  if (post) PostDrain();
+  for (int i = 0; i < reposts; ++i) PostFrontEnd(&Impl::RunInput);
   SubmitCuts(std::move(cuts));
 }
 
@@ -425,6 +510,10 @@ void StreamSession::Impl::CutWindows(std::vector<Cut>* cuts) {
     cuts->push_back(std::move(cut));
   }
   ProcessReadySlots();  // a marker with nothing before it in flight
+  if (decode_stalled_ && windower_.unprocessed_samples() < max_buffered_samples_) {
+    decode_stalled_ = false;
+    PostFrontEnd(&Impl::RunDecodeMore);
+  }
   MaybeSignalSpace();
 }
 
@@ -629,7 +718,8 @@ absl::StatusOr<std::unique_ptr<StreamSession>> StreamSession::Create(
   if (!callbacks.on_done) return absl::InvalidArgumentError("StreamSession: on_done is required");
   JASPER_RETURN_IF_ERROR(options.Validate());
   absl::StatusOr<std::unique_ptr<AudioInput>> input =
-      AudioInput::Create(format, model->config().featurizer.sample_rate);
+      AudioInput::Create(format, model->config().featurizer.sample_rate,
+                         DecodeSamplesPerCall(options, model->config().featurizer.sample_rate));
   if (!input.ok()) return input.status();
   absl::StatusOr<WindowGeometry> geometry = WindowGeometry::Create(
       *model, options.chunk_ms, options.left_context_ms, options.right_context_ms);
