@@ -67,10 +67,14 @@ std::string CodeName(grpc::StatusCode code) {
 
 void FillConfig(const AudioFile& file, const CallOptions& options, asr::RecognitionConfig* config) {
   // WAV files go as they are; the server reads the header. Raw files need encoding and rate.
-  config->set_encoding(file.is_wav ? asr::ENCODING_UNSPECIFIED : asr::LINEAR_PCM);
-  config->set_sample_rate_hertz(file.header.sample_rate);
+  if (file.compressed != asr::ENCODING_UNSPECIFIED) {
+    config->set_encoding(file.compressed);  // rate and channels: the stream's own
+  } else {
+    config->set_encoding(file.is_wav ? asr::ENCODING_UNSPECIFIED : asr::LINEAR_PCM);
+    config->set_sample_rate_hertz(file.header.sample_rate);
+    config->set_audio_channel_count(file.header.channels);
+  }
   config->set_language_code(options.language_code);
-  config->set_audio_channel_count(file.header.channels);
   config->set_enable_word_time_offsets(options.word_time_offsets);
   config->set_model(options.model);
   config->set_decoder(options.decoder);
@@ -142,6 +146,16 @@ absl::StatusOr<AudioFile> LoadAudioFile(const std::string& path, int raw_sample_
     file.is_wav = true;
     return file;
   }
+  const bool mp3_name = path.size() > 4 && (path.compare(path.size() - 4, 4, ".mp3") == 0 ||
+                                            path.compare(path.size() - 4, 4, ".MP3") == 0);
+  if (file.bytes.compare(0, 4, "fLaC") == 0) file.compressed = asr::FLAC;
+  if (file.bytes.compare(0, 4, "OggS") == 0) file.compressed = asr::OGGOPUS;
+  if (file.bytes.compare(0, 3, "ID3") == 0 || mp3_name) file.compressed = asr::MP3;
+  if (file.compressed != asr::ENCODING_UNSPECIFIED) {
+    file.header.data_offset = 0;
+    file.header.data_bytes = file.bytes.size();
+    return file;
+  }
   if (raw_sample_rate_hz <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a WAV file; pass --sample_rate for raw 16-bit PCM"));
@@ -161,15 +175,22 @@ CallResult RunStreaming(asr::Asr::Stub* stub, const AudioFile& file, const CallO
   result.audio_s = file.header.duration_s();
   const WavHeader& h = file.header;
   const size_t frame_bytes = std::max(1, h.bytes_per_frame());
-  const double bytes_per_s = static_cast<double>(frame_bytes) * h.sample_rate;
-  const size_t chunk_bytes = std::max<size_t>(
-      frame_bytes,
-      static_cast<size_t>(h.sample_rate * std::max(1, options.chunk_ms) / 1000) * frame_bytes);
+  // A compressed file's duration is unknown here: it goes in 4 KiB chunks as fast as flow
+  // control allows (no real-time pacing, no partial latencies, audio_s 0).
+  const bool compressed = file.compressed != asr::ENCODING_UNSPECIFIED;
+  const double bytes_per_s =
+      compressed ? 0.0 : static_cast<double>(frame_bytes) * h.sample_rate;
+  const size_t chunk_bytes =
+      compressed ? size_t{4096}
+                 : std::max<size_t>(frame_bytes,
+                                    static_cast<size_t>(h.sample_rate *
+                                                        std::max(1, options.chunk_ms) / 1000) *
+                                        frame_bytes);
 
   grpc::ClientContext context;
   context.set_deadline(Deadline(file, options));
   StreamTiming timing;
-  const bool measure_partials = stats != nullptr && options.interim_results;
+  const bool measure_partials = stats != nullptr && options.interim_results && !compressed;
   WordFirstShown first_shown;  // used by this (the reading) thread only
   const SteadyClock::time_point start = SteadyClock::now();
   std::unique_ptr<
@@ -192,8 +213,8 @@ CallResult RunStreaming(asr::Asr::Stub* stub, const AudioFile& file, const CallO
     bool first = true;
     while (pos < end) {
       const size_t n = std::min(chunk_bytes, end - pos);
-      const double audio_end_s = (pos + n - h.data_offset) / bytes_per_s;
-      if (options.simulate_realtime) {
+      const double audio_end_s = compressed ? 0.0 : (pos + n - h.data_offset) / bytes_per_s;
+      if (options.simulate_realtime && !compressed) {
         std::this_thread::sleep_until(
             start + std::chrono::microseconds(static_cast<int64_t>(audio_end_s * 1e6)));
       }

@@ -25,9 +25,13 @@ struct AudioFile {
   std::string bytes;
   WavHeader header;  // for raw PCM files: a synthesized header with data_offset 0
   bool is_wav = false;
+  // FLAC, OGGOPUS or MP3: a compressed file, sent as it is (the server decodes it); its
+  // duration is not known here (header describes nothing). ENCODING_UNSPECIFIED otherwise.
+  ::jasper::asr::v1::AudioEncoding compressed = ::jasper::asr::v1::ENCODING_UNSPECIFIED;
 };
 
-// Reads `path`. A WAV file is described by its header; anything else is raw 16-bit mono PCM at
+// Reads `path`. A WAV file is described by its header; a FLAC, Ogg (Opus/Vorbis) or MP3 file
+// (by its magic, or an .mp3 name) is sent as it is; anything else is raw 16-bit mono PCM at
 // `raw_sample_rate_hz` (error when that is 0).
 absl::StatusOr<AudioFile> LoadAudioFile(const std::string& path, int raw_sample_rate_hz);
 

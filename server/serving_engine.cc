@@ -41,7 +41,7 @@ CallTicket::~CallTicket() { engine_->Release(id_); }
 absl::Status SetAudioFormat(int encoding, int sample_rate_hertz, int audio_channel_count,
                             CallConfig* config) {
   switch (encoding) {
-    case 0:  // ENCODING_UNSPECIFIED: a WAV header decides, else 16-bit PCM
+    case 0:  // ENCODING_UNSPECIFIED: a WAV header or a compressed container decides, else PCM
     case 1:  // LINEAR_PCM
       config->format.encoding = AudioEncoding::kLinearPcm16;
       break;
@@ -51,10 +51,19 @@ absl::Status SetAudioFormat(int encoding, int sample_rate_hertz, int audio_chann
     case 20:  // ALAW
       config->format.encoding = AudioEncoding::kAlaw;
       break;
+    case 2:  // FLAC
+      config->format.encoding = AudioEncoding::kFlac;
+      break;
+    case 4:  // OGGOPUS: an Ogg stream of Opus (or Vorbis)
+      config->format.encoding = AudioEncoding::kOggOpus;
+      break;
+    case 8:  // MP3 (jasper.asr.v1 only; Google's number)
+      config->format.encoding = AudioEncoding::kMp3;
+      break;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unsupported audio encoding ", encoding,
-                       "; supported: LINEAR_PCM (with or without a WAV header), MULAW, ALAW"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unsupported audio encoding ", encoding,
+          "; supported: LINEAR_PCM (with or without a WAV header), MULAW, ALAW, FLAC, OGGOPUS, MP3"));
   }
   if (audio_channel_count < 0 || audio_channel_count > kMaxInputChannels) {
     return absl::InvalidArgumentError(absl::StrCat(
