@@ -163,9 +163,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.max_stream_duration_ms = (in.U8() & 1) ? 1000 : 3600000;
   options.max_inflight_windows = in.Pick(kInflight);
 
-  static constexpr jasper::AudioEncoding kEncodings[] = {jasper::AudioEncoding::kLinearPcm16,
-                                                         jasper::AudioEncoding::kMulaw,
-                                                         jasper::AudioEncoding::kAlaw};
+  // Compressed encodings last (the seeds' indices stay): their decode steps are bounded and
+  // resumed as windows drain (StreamSession's RunDecodeMore).
+  static constexpr jasper::AudioEncoding kEncodings[] = {
+      jasper::AudioEncoding::kLinearPcm16, jasper::AudioEncoding::kMulaw,
+      jasper::AudioEncoding::kAlaw,        jasper::AudioEncoding::kFlac,
+      jasper::AudioEncoding::kOggOpus,     jasper::AudioEncoding::kMp3};
   static constexpr int kRates[] = {16000, 8000, 44100, 0, 48000, 5};
   jasper::AudioFormat format;
   format.encoding = in.Pick(kEncodings);

@@ -172,3 +172,19 @@ put("fuzz_stream_session", "unflowed_push_destroy",
     bytes([3, 255]) + speech[200:455] + bytes([7, 0]))
 put("fuzz_stream_session", "odd_bytes_44k",
     small + bytes([0, 2]) + bytes([0, 7, 0]) + speech[:7] + bytes([0, 9, 0]) + speech[7:16])
+
+
+# fuzz_codec: [encoding][model rate index][bound index][piece size] + the stream's bytes.
+# Encodings: 0 LINEAR_PCM (sniffed), 1 FLAC, 2 OGGOPUS, 3 MP3; pieces of 1 + 16 * byte.
+codecs = "tests/fixtures/codecs/"
+put("fuzz_codec", "flac_sniffed", bytes([0, 0, 0, 20]) + read(codecs + "sample_1.flac")[:12000])
+put("fuzz_codec", "flac_silence_bound1", bytes([1, 2, 1, 255]) +
+    read(codecs + "silence_120s.flac")[:3000])
+put("fuzz_codec", "opus_8k", bytes([2, 1, 0, 3]) + read(codecs + "sample_1.opus"))
+put("fuzz_codec", "vorbis_sniffed", bytes([0, 0, 2, 0]) + read(codecs + "sample_1.ogg"))
+put("fuzz_codec", "mp3_id3", bytes([0, 2, 3, 7]) + read(codecs + "sample_1.mp3"))
+put("fuzz_codec", "mp3_stereo_labelled", bytes([3, 0, 0, 60]) +
+    read(codecs + "sample_2_44k_stereo_bare.mp3")[:8000])
+# fuzz_stream_session: an Ogg Opus stream (encoding index 4, rate 0).
+put("fuzz_stream_session", "opus_stream",
+    small + bytes([4, 3]) + push(read(codecs + "sample_1.opus")) + bytes([5]))
