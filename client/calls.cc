@@ -178,14 +178,13 @@ CallResult RunStreaming(asr::Asr::Stub* stub, const AudioFile& file, const CallO
   // A compressed file's duration is unknown here: it goes in 4 KiB chunks as fast as flow
   // control allows (no real-time pacing, no partial latencies, audio_s 0).
   const bool compressed = file.compressed != asr::ENCODING_UNSPECIFIED;
-  const double bytes_per_s =
-      compressed ? 0.0 : static_cast<double>(frame_bytes) * h.sample_rate;
+  const double bytes_per_s = compressed ? 0.0 : static_cast<double>(frame_bytes) * h.sample_rate;
   const size_t chunk_bytes =
       compressed ? size_t{4096}
-                 : std::max<size_t>(frame_bytes,
-                                    static_cast<size_t>(h.sample_rate *
-                                                        std::max(1, options.chunk_ms) / 1000) *
-                                        frame_bytes);
+                 : std::max<size_t>(
+                       frame_bytes,
+                       static_cast<size_t>(h.sample_rate * std::max(1, options.chunk_ms) / 1000) *
+                           frame_bytes);
 
   grpc::ClientContext context;
   context.set_deadline(Deadline(file, options));

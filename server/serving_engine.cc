@@ -61,9 +61,10 @@ absl::Status SetAudioFormat(int encoding, int sample_rate_hertz, int audio_chann
       config->format.encoding = AudioEncoding::kMp3;
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unsupported audio encoding ", encoding,
-          "; supported: LINEAR_PCM (with or without a WAV header), MULAW, ALAW, FLAC, OGGOPUS, MP3"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unsupported audio encoding ", encoding,
+                       "; supported: LINEAR_PCM (with or without a WAV header), MULAW, ALAW, FLAC, "
+                       "OGGOPUS, MP3"));
   }
   if (audio_channel_count < 0 || audio_channel_count > kMaxInputChannels) {
     return absl::InvalidArgumentError(absl::StrCat(

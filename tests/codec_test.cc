@@ -165,26 +165,26 @@ TEST_P(FixtureTest, DecodesAlignedAndTheSameInAnyPieces) {
 
 INSTANTIATE_TEST_SUITE_P(
     Fixtures, FixtureTest,
-    ::testing::Values(
-        FixtureCase{"sample_1.flac", AudioEncoding::kFlac, AudioEncoding::kFlac, 16000, 1,
-                    "sample_1.wav", 0.9999},
-        FixtureCase{"sample_2_44k_stereo.flac", AudioEncoding::kLinearPcm16, AudioEncoding::kFlac,
-                    44100, 2, "sample_2.wav", 0.99},
-        FixtureCase{"sample_1.opus", AudioEncoding::kOggOpus, AudioEncoding::kOggOpus, 16000, 1,
-                    "sample_1.wav", 0.9},
-        FixtureCase{"sample_2_44k_stereo.opus", AudioEncoding::kLinearPcm16,
-                    AudioEncoding::kOggOpus, 16000, 2, "sample_2.wav", 0.9},
-        FixtureCase{"sample_1.ogg", AudioEncoding::kLinearPcm16, AudioEncoding::kOggOpus, 16000, 1,
-                    "sample_1.wav", 0.9},
-        FixtureCase{"sample_2_44k_stereo.ogg", AudioEncoding::kOggOpus, AudioEncoding::kOggOpus,
-                    44100, 2, "sample_2.wav", 0.9},
-        FixtureCase{"sample_1.mp3", AudioEncoding::kLinearPcm16, AudioEncoding::kMp3, 16000, 1,
-                    "sample_1.wav", 0.9},
-        FixtureCase{"sample_2_44k_stereo_bare.mp3", AudioEncoding::kMp3, AudioEncoding::kMp3,
-                    44100, 2, "sample_2.wav", 0.9}),
+    ::testing::Values(FixtureCase{"sample_1.flac", AudioEncoding::kFlac, AudioEncoding::kFlac,
+                                  16000, 1, "sample_1.wav", 0.9999},
+                      FixtureCase{"sample_2_44k_stereo.flac", AudioEncoding::kLinearPcm16,
+                                  AudioEncoding::kFlac, 44100, 2, "sample_2.wav", 0.99},
+                      FixtureCase{"sample_1.opus", AudioEncoding::kOggOpus, AudioEncoding::kOggOpus,
+                                  16000, 1, "sample_1.wav", 0.9},
+                      FixtureCase{"sample_2_44k_stereo.opus", AudioEncoding::kLinearPcm16,
+                                  AudioEncoding::kOggOpus, 16000, 2, "sample_2.wav", 0.9},
+                      FixtureCase{"sample_1.ogg", AudioEncoding::kLinearPcm16,
+                                  AudioEncoding::kOggOpus, 16000, 1, "sample_1.wav", 0.9},
+                      FixtureCase{"sample_2_44k_stereo.ogg", AudioEncoding::kOggOpus,
+                                  AudioEncoding::kOggOpus, 44100, 2, "sample_2.wav", 0.9},
+                      FixtureCase{"sample_1.mp3", AudioEncoding::kLinearPcm16, AudioEncoding::kMp3,
+                                  16000, 1, "sample_1.wav", 0.9},
+                      FixtureCase{"sample_2_44k_stereo_bare.mp3", AudioEncoding::kMp3,
+                                  AudioEncoding::kMp3, 44100, 2, "sample_2.wav", 0.9}),
     [](const ::testing::TestParamInfo<FixtureCase>& info) {
       std::string name = info.param.file;
-      std::replace_if(name.begin(), name.end(), [](char ch) { return !std::isalnum(ch); }, '_');
+      std::replace_if(
+          name.begin(), name.end(), [](char ch) { return !std::isalnum(ch); }, '_');
       return name;
     });
 
@@ -242,8 +242,8 @@ TEST(CodecTest, CorruptAndMislabelledStreamsAreInvalidArgument) {
 }
 
 TEST(CodecTest, DamagedFilesDecodeOrFailCleanly) {
-  for (const char* file : {"sample_1.flac", "sample_1.opus", "sample_2_44k_stereo.ogg",
-                           "sample_1.mp3"}) {
+  for (const char* file :
+       {"sample_1.flac", "sample_1.opus", "sample_2_44k_stereo.ogg", "sample_1.mp3"}) {
     const std::vector<uint8_t> bytes = Fixture(file);
     const Decoded whole = Decode(bytes, AudioEncoding::kLinearPcm16);
     ASSERT_TRUE(whole.status.ok()) << file << ": " << whole.status;

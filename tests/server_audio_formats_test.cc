@@ -102,8 +102,7 @@ struct Case {
 
 const Case kCases[] = {
     {"sample_1.flac", "sample_1.wav", pb::ENCODING_UNSPECIFIED, nvidia::riva::FLAC, 0.0},
-    {"sample_2_44k_stereo.flac", "sample_2.wav", pb::FLAC, nvidia::riva::ENCODING_UNSPECIFIED,
-     0.0},
+    {"sample_2_44k_stereo.flac", "sample_2.wav", pb::FLAC, nvidia::riva::ENCODING_UNSPECIFIED, 0.0},
     {"sample_1.opus", "sample_1.wav", pb::OGGOPUS, nvidia::riva::OGGOPUS, 0.25},
     {"sample_2_44k_stereo.opus", "sample_2.wav", pb::ENCODING_UNSPECIFIED, nvidia::riva::OGGOPUS,
      0.25},
@@ -133,9 +132,8 @@ TEST_F(ServerAudioFormatsTest, CompressedFilesTranscribeOnBothApisAndStreaming) 
         client::LoadAudioFile((kCodecs / c.file).string(), /*raw_sample_rate_hz=*/0);
     ASSERT_TRUE(file.ok()) << file.status();
     for (bool streaming : {false, true}) {
-      const client::CallResult r =
-          streaming ? client::RunStreaming(asr_, *file, {}, nullptr)
-                    : client::RunOffline(asr_, *file, {}, nullptr);
+      const client::CallResult r = streaming ? client::RunStreaming(asr_, *file, {}, nullptr)
+                                             : client::RunOffline(asr_, *file, {}, nullptr);
       ASSERT_TRUE(r.status.ok()) << c.file << ": " << r.status.error_message();
       EXPECT_EQ(r.transcript, ours) << c.file << (streaming ? " streaming" : " offline");
     }

@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "engine/audio/audio_input.h"
+#include "engine/audio/codec.h"
 #include "engine/audio/resample.h"
 #include "engine/audio/wav.h"
 #include "engine/model/default_model_dir.h"
@@ -135,8 +139,38 @@ absl::StatusOr<jasper::DecoderConfig> DecoderFromFlags(const jasper::Model& mode
   return config;
 }
 
-// `path`'s audio as mono at `rate` Hz.
+// A FLAC, Ogg (Opus/Vorbis) or MP3 file (by its magic, or an .mp3 name) as mono at `rate` Hz,
+// decoded as the server decodes it (engine/audio/audio_input.h); nullopt for anything else.
+absl::StatusOr<std::optional<std::vector<float>>> LoadCompressed(const char* path, int rate) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                   std::istreambuf_iterator<char>());
+  const std::string name(path);
+  const bool mp3_name = name.size() > 4 && (name.compare(name.size() - 4, 4, ".mp3") == 0 ||
+                                            name.compare(name.size() - 4, 4, ".MP3") == 0);
+  const jasper::SniffResult sniffed = jasper::SniffCodec(bytes);
+  jasper::AudioFormat format;
+  if (sniffed == jasper::SniffResult::kFlac)
+    format.encoding = jasper::AudioEncoding::kFlac;
+  else if (sniffed == jasper::SniffResult::kOgg)
+    format.encoding = jasper::AudioEncoding::kOggOpus;
+  else if (sniffed == jasper::SniffResult::kMp3 || mp3_name)
+    format.encoding = jasper::AudioEncoding::kMp3;
+  else
+    return std::optional<std::vector<float>>();
+  JASPER_ASSIGN_OR_RETURN(std::unique_ptr<jasper::AudioInput> input,
+                          jasper::AudioInput::Create(format, rate));
+  std::vector<float> mono;
+  JASPER_RETURN_IF_ERROR(input->Push(bytes, &mono));
+  JASPER_RETURN_IF_ERROR(input->Flush(&mono));
+  return std::optional<std::vector<float>>(std::move(mono));
+}
+
+// `path`'s audio as mono at `rate` Hz: WAV, or FLAC/Ogg/MP3 (LoadCompressed).
 absl::StatusOr<std::vector<float>> LoadMono(const char* path, int rate) {
+  JASPER_ASSIGN_OR_RETURN(std::optional<std::vector<float>> compressed, LoadCompressed(path, rate));
+  if (compressed.has_value()) return *std::move(compressed);
   JASPER_ASSIGN_OR_RETURN(jasper::Audio audio, jasper::ReadWavFile(path));
   std::vector<float> mono = jasper::DownmixToMono(audio);
   if (audio.sample_rate == rate) return mono;

@@ -283,8 +283,8 @@ absl::Status AudioInput::Push(absl::Span<const uint8_t> bytes, std::vector<float
   if (pending_.empty()) return absl::OkStatus();
   if (state_ == State::kSniffing) {
     // Compressed audio: by the encoding, or by its container's magic in a LINEAR_PCM stream.
-    const bool may_be_compressed = format_.encoding != AudioEncoding::kMulaw &&
-                                   format_.encoding != AudioEncoding::kAlaw;
+    const bool may_be_compressed =
+        format_.encoding != AudioEncoding::kMulaw && format_.encoding != AudioEncoding::kAlaw;
     const SniffResult sniffed = may_be_compressed ? SniffCodec(pending_) : SniffResult::kNone;
     if (sniffed == SniffResult::kNeedMore) return absl::OkStatus();
     std::optional<Codec> codec;
@@ -362,8 +362,8 @@ absl::Status AudioInput::Flush(std::vector<float>* samples_out) {
       flushed_input_ = true;
       return DecodeCompressed(samples_out);
     case State::kSniffing: {
-      if (format_.encoding == AudioEncoding::kFlac ||
-          format_.encoding == AudioEncoding::kOggOpus || format_.encoding == AudioEncoding::kMp3) {
+      if (format_.encoding == AudioEncoding::kFlac || format_.encoding == AudioEncoding::kOggOpus ||
+          format_.encoding == AudioEncoding::kMp3) {
         // A compressed stream shorter than its magic.
         if (pending_.empty()) {
           state_ = State::kFlushed;
@@ -435,8 +435,7 @@ absl::Status AudioInput::StartCompressedFormat(int rate, int channels) {
 
 absl::Status AudioInput::DecodeCompressed(std::vector<float>* samples_out) {
   int64_t produced = 0;
-  auto sink = [&](const float* x, int64_t frames, int rate,
-                  int channels) -> absl::StatusOr<bool> {
+  auto sink = [&](const float* x, int64_t frames, int rate, int channels) -> absl::StatusOr<bool> {
     if (!codec_format_known_) JASPER_RETURN_IF_ERROR(StartCompressedFormat(rate, channels));
     scratch_.assign(x, x + frames * channels);
     DownmixInPlace(channels, &scratch_);

@@ -25,8 +25,9 @@ SniffResult SniffCodec(absl::Span<const uint8_t> prefix) {
     size_t size;
     SniffResult result;
   };
-  static constexpr Magic kMagics[] = {
-      {"fLaC", 4, SniffResult::kFlac}, {"OggS", 4, SniffResult::kOgg}, {"ID3", 3, SniffResult::kMp3}};
+  static constexpr Magic kMagics[] = {{"fLaC", 4, SniffResult::kFlac},
+                                      {"OggS", 4, SniffResult::kOgg},
+                                      {"ID3", 3, SniffResult::kMp3}};
   bool partial = false;
   for (const Magic& m : kMagics) {
     const size_t n = std::min(prefix.size(), m.size);

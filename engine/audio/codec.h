@@ -50,8 +50,8 @@ class CodecDecoder {
   // `sample_rate_hz` (both fixed for the stream: the header's). Returns whether to go on
   // decoding (false: stop after this frame; the rest stays buffered), or an error that ends
   // the decode (Decode returns it).
-  using FrameSink = absl::FunctionRef<absl::StatusOr<bool>(
-      const float* interleaved, int64_t frames, int sample_rate_hz, int channels)>;
+  using FrameSink = absl::FunctionRef<absl::StatusOr<bool>(const float* interleaved, int64_t frames,
+                                                           int sample_rate_hz, int channels)>;
 
   // `preferred_rate_hz`: a rate the decoder may produce directly when the codec can (Opus
   // decodes at 8, 12, 16, 24 or 48 kHz); others ignore it.

@@ -55,8 +55,9 @@ class FlacDecoder final : public CodecDecoder {
       if (!at_end && Available() < frame_bound_) break;  // a frame may not be all here yet
       if (at_end && Available() == 0) break;
       if (!FLAC__stream_decoder_process_single(decoder_) || !sink_status_.ok()) {
-        status = !sink_status_.ok() ? sink_status_
-                                    : Invalid(FLAC__stream_decoder_get_resolved_state_string(decoder_));
+        status = !sink_status_.ok()
+                     ? sink_status_
+                     : Invalid(FLAC__stream_decoder_get_resolved_state_string(decoder_));
         break;
       }
       if (!frame_error_.ok()) {
@@ -132,8 +133,8 @@ class FlacDecoder final : public CodecDecoder {
         if (max_frame > 0) bound = std::min(bound, max_frame);
         frame_bound_ = bound;
         if (channels > kMaxCodecChannels) {
-          return Invalid(absl::StrCat(channels, " channels; at most ", kMaxCodecChannels,
-                                      " are supported"));
+          return Invalid(
+              absl::StrCat(channels, " channels; at most ", kMaxCodecChannels, " are supported"));
         }
       }
       pos += 4 + len;
@@ -225,16 +226,16 @@ class FlacDecoder final : public CodecDecoder {
     // a stream that is mostly garbage should not pass silently.
     auto* self = static_cast<FlacDecoder*>(data);
     if (++self->error_count_ > kMaxCorruptFrames) {
-      self->frame_error_ = Invalid(absl::StrCat("more than ", kMaxCorruptFrames,
-                                                " corrupt frames (last: ",
-                                                FLAC__StreamDecoderErrorStatusString[status], ")"));
+      self->frame_error_ = Invalid(absl::StrCat(
+          "more than ", kMaxCorruptFrames,
+          " corrupt frames (last: ", FLAC__StreamDecoderErrorStatusString[status], ")"));
     }
   }
 
   FLAC__StreamDecoder* decoder_ = nullptr;
   std::vector<uint8_t> buf_;
-  size_t read_pos_ = 0;     // buf_[0, read_pos_) has been given to libFLAC
-  FLAC__uint64 fed_ = 0;    // bytes given to libFLAC in all
+  size_t read_pos_ = 0;   // buf_[0, read_pos_) has been given to libFLAC
+  FLAC__uint64 fed_ = 0;  // bytes given to libFLAC in all
   int64_t frame_bound_ = 0;
   bool at_end_ = false;
   FrameSink* sink_ = nullptr;  // set during Decode()

@@ -108,8 +108,8 @@ class OggDecoder final : public CodecDecoder {
   }
   absl::Status Corrupt(absl::string_view what) {
     if (++corrupt_ > kMaxCorruptFrames) {
-      return Invalid(absl::StrCat("more than ", kMaxCorruptFrames, " corrupt pages (last: ", what,
-                                  ")"));
+      return Invalid(
+          absl::StrCat("more than ", kMaxCorruptFrames, " corrupt pages (last: ", what, ")"));
     }
     return absl::OkStatus();
   }
@@ -137,9 +137,8 @@ class OggDecoder final : public CodecDecoder {
   int64_t TrimToEnd(const ogg_packet& packet, int64_t frames, int64_t granule_rate_num,
                     int64_t granule_rate_den, int64_t granule_offset) {
     if (!packet.e_o_s || packet.granulepos < 0) return frames;
-    const int64_t total =
-        std::max<int64_t>(0, (packet.granulepos - granule_offset) * granule_rate_num /
-                                 granule_rate_den);
+    const int64_t total = std::max<int64_t>(
+        0, (packet.granulepos - granule_offset) * granule_rate_num / granule_rate_den);
     return std::clamp<int64_t>(total - emitted_, 0, frames);
   }
 
@@ -184,8 +183,8 @@ class OggDecoder final : public CodecDecoder {
         std::memcpy(mapping, p + 21, static_cast<size_t>(channels_));
       }
       int err = OPUS_OK;
-      opus_ = opus_multistream_decoder_create(opus_rate_, channels_, streams, coupled, mapping,
-                                              &err);
+      opus_ =
+          opus_multistream_decoder_create(opus_rate_, channels_, streams, coupled, mapping, &err);
       if (opus_ == nullptr || err != OPUS_OK) {
         return Invalid(absl::StrCat("Opus: bad header (", opus_strerror(err), ")"));
       }
@@ -215,9 +214,9 @@ class OggDecoder final : public CodecDecoder {
 
   absl::StatusOr<bool> OpusPacket(ogg_packet& packet, FrameSink sink) {
     pcm_.resize(static_cast<size_t>(opus_rate_ / 1000 * 120) * channels_);  // 120 ms at most
-    const int frames = opus_multistream_decode_float(
-        opus_, packet.packet, static_cast<opus_int32>(packet.bytes), pcm_.data(),
-        opus_rate_ / 1000 * 120, 0);
+    const int frames =
+        opus_multistream_decode_float(opus_, packet.packet, static_cast<opus_int32>(packet.bytes),
+                                      pcm_.data(), opus_rate_ / 1000 * 120, 0);
     if (frames < 0) {
       absl::Status s = Corrupt(absl::StrCat("an Opus packet: ", opus_strerror(frames)));
       if (!s.ok()) return s;
@@ -273,8 +272,8 @@ class OggDecoder final : public CodecDecoder {
       vorbis_synthesis_read(&vdsp_, n);
       // pcmout may return the packet's samples in more than one piece: only the last carries
       // the packet's end-of-stream trim.
-      absl::StatusOr<bool> go = Emit(packet, pcm_.data(), n, static_cast<int>(vinfo_.rate), 1, 1,
-                                     0, sink);
+      absl::StatusOr<bool> go =
+          Emit(packet, pcm_.data(), n, static_cast<int>(vinfo_.rate), 1, 1, 0, sink);
       if (!go.ok()) return go.status();
       more = more && *go;
     }

@@ -151,7 +151,7 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
   // The front-end strand's.
   std::unique_ptr<AudioInput> input_;
   absl::Time pending_arrival_;  // arrival of the input whose decoded output is pending
-  FrameCache frame_cache_;  // the previous window's log-mel rows (Featurize)
+  FrameCache frame_cache_;      // the previous window's log-mel rows (Featurize)
   std::vector<Cut> deferred_;
 
   // std::mutex rather than absl::Mutex: see engine/streaming/clock.h (ThreadSanitizer).
@@ -165,9 +165,9 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
   // Compressed audio whose decoded output did not fit one call (AudioInput::has_pending()):
   // counts as a full buffer (HeldSamples) until drained.
   bool decode_pending_ = false;
-  bool decode_stalled_ = false;     // pending, waiting for the windower to have room
-  int deferred_input_posts_ = 0;    // RunInput posts owed (see RunInput)
-  bool finish_deferred_ = false;    // Finish processed, its windower flush waits for the decode
+  bool decode_stalled_ = false;   // pending, waiting for the windower to have room
+  int deferred_input_posts_ = 0;  // RunInput posts owed (see RunInput)
+  bool finish_deferred_ = false;  // Finish processed, its windower flush waits for the decode
   absl::Time finish_arrival_;
   Windower windower_;
   StreamDecoder decoder_;
@@ -207,8 +207,8 @@ double SamplesPerInputByte(const AudioFormat& format, int model_rate) {
 // Compressed audio decodes at most this much per front-end step (a quarter of the buffer, at
 // least 1 s): the windower then holds at most max_buffered_audio_ms plus this.
 int64_t DecodeSamplesPerCall(const StreamingOptions& options, int sample_rate) {
-  return std::max<int64_t>(sample_rate, static_cast<int64_t>(options.max_buffered_audio_ms) *
-                                            sample_rate / 4000);
+  return std::max<int64_t>(
+      sample_rate, static_cast<int64_t>(options.max_buffered_audio_ms) * sample_rate / 4000);
 }
 
 }  // namespace
