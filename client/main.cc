@@ -33,8 +33,9 @@
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Server address host:port.");
 ABSL_FLAG(std::string, audio, "",
-          "Comma-separated WAV files or folders (*.wav inside, sorted); positional arguments "
-          "are added to these.");
+          "Comma-separated audio files (WAV, FLAC, Ogg Opus/Vorbis, MP3; raw PCM with "
+          "--sample_rate) or folders (their *.wav, *.flac, *.ogg, *.opus and *.mp3, sorted); "
+          "positional arguments are added to these.");
 ABSL_FLAG(std::string, mode, "streaming", "offline (Recognize) or streaming (StreamingRecognize).");
 ABSL_FLAG(bool, simulate_realtime, false, "Streaming: send each chunk when its audio would exist.");
 ABSL_FLAG(int, chunk_ms, 100, "Streaming: audio per message, ms.");
@@ -147,7 +148,11 @@ std::vector<std::string> ExpandPaths(const std::vector<std::string>& inputs) {
     if (std::filesystem::is_directory(in, ec)) {
       std::vector<std::string> found;
       for (const auto& e : std::filesystem::directory_iterator(in, ec)) {
-        if (e.is_regular_file() && e.path().extension() == ".wav") found.push_back(e.path());
+        const std::string ext = e.path().extension().string();
+        if (e.is_regular_file() &&
+            (ext == ".wav" || ext == ".flac" || ext == ".ogg" || ext == ".opus" || ext == ".mp3")) {
+          found.push_back(e.path());
+        }
       }
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());

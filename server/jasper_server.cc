@@ -10,6 +10,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "server/auth.h"
 #include "server/call_interceptor.h"
+#include "server/openai_api.h"
 #include "server/tls.h"
 #include "server/tsan_hand_off.h"
 #include "spdlog/spdlog.h"
@@ -89,6 +90,28 @@ absl::StatusOr<std::unique_ptr<JasperServer>> JasperServer::Start(const ServerOp
     server->exporter_ = *std::move(exporter);
   }
 
+  if (!options.http_address.empty()) {
+    HttpServerOptions h;
+    h.address = options.http_address;
+    h.threads = options.http_threads;
+    h.max_body_bytes = options.http_max_body_bytes;
+    h.max_connections = options.http_max_connections;
+    h.request_timeout_ms = options.http_request_timeout_ms;
+    ServerMetrics* metrics = server->engine_->metrics();
+    absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(
+        h, MakeOpenAiHandler(server->engine_.get(), keys, [metrics] { return metrics->Render(); }));
+    if (!http.ok()) return http.status();
+    server->http_ = *std::move(http);
+    if (!IsLoopbackAddress(options.http_address)) {
+      spdlog::warn("HTTP front on {} is plaintext: put a TLS-terminating proxy in front of it",
+                   options.http_address);
+    }
+    spdlog::info(
+        "serving HTTP (OpenAI /v1/audio/transcriptions, /v1/models, /metrics) on {} "
+        "(http port {})",
+        options.http_address, server->http_->port());
+  }
+
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address, *credentials, &server->port_);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
@@ -133,6 +156,7 @@ void JasperServer::Shutdown() {
     shut_down_ = true;
   }
   if (server_ == nullptr) return;
+  if (http_ != nullptr) http_->StopAccepting();
   const ServerOptions& o = engine_->options();
   spdlog::info("shutting down: {} open calls, grace {} ms", engine_->active_calls(),
                o.shutdown_grace_ms);
@@ -153,6 +177,7 @@ void JasperServer::Shutdown() {
 }
 
 int JasperServer::metrics_port() const { return exporter_ != nullptr ? exporter_->port() : 0; }
+int JasperServer::http_port() const { return http_ != nullptr ? http_->port() : 0; }
 
 void JasperServer::Wait() {
   if (server_ != nullptr) server_->Wait();
@@ -166,6 +191,7 @@ JasperServer::~JasperServer() {
   }
   reload_cv_.notify_all();
   if (key_reloader_.joinable()) key_reloader_.join();
+  http_.reset();      // its handler reads the engine; calls still open end with it
   exporter_.reset();  // its render callback reads the engine
   server_.reset();
   riva_service_.reset();

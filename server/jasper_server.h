@@ -8,7 +8,8 @@
 //
 // Optional parts, from ServerOptions: TLS / mTLS on the gRPC port (server/tls.h), API-key
 // authentication and per-call metrics in one interceptor (server/call_interceptor.h), and the
-// Prometheus endpoint (server/http_exporter.h) when metrics_address is set.
+// Prometheus endpoint (server/http_exporter.h) when metrics_address is set, and the HTTP front
+// (server/http_server.h with server/openai_api.h's routes) when http_address is set.
 //
 // Ownership: owns the engine, the services, the grpc::Server, the metrics exporter and the
 // thread that re-reads the API keys file.
@@ -27,6 +28,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/asr_service.h"
 #include "server/http_exporter.h"
+#include "server/http_server.h"
 #include "server/riva_service.h"
 #include "server/server_options.h"
 #include "server/serving_engine.h"
@@ -44,6 +46,8 @@ class JasperServer {
   int port() const { return port_; }
   // The metrics listener's bound port; 0 without metrics_address.
   int metrics_port() const;
+  // The HTTP front's bound port; 0 without http_address.
+  int http_port() const;
   ServingEngine* engine() const { return engine_.get(); }
 
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
@@ -58,6 +62,7 @@ class JasperServer {
   std::unique_ptr<RivaService> riva_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpExporter> exporter_;
+  std::unique_ptr<HttpServer> http_;  // the HTTP front (server/openai_api.h)
   // Re-reads the API keys file every tls_reload_interval_s (only with api_keys_file).
   // std::mutex (not absl::Mutex): see engine/streaming/clock.h (ThreadSanitizer).
   std::mutex reload_mu_;

@@ -85,6 +85,16 @@ ABSL_FLAG(int, idle_memory_release_ms, kDefaults.idle_memory_release_ms,
 ABSL_FLAG(std::string, metrics_address, kDefaults.metrics_address,
           "host:port for Prometheus metrics over HTTP (GET /metrics), e.g. 127.0.0.1:9464. "
           "Empty: off.");
+ABSL_FLAG(std::string, http_listen, kDefaults.http_address,
+          "host:port of the HTTP front: OpenAI-compatible POST /v1/audio/transcriptions, GET "
+          "/v1/models, /metrics, /health (docs/HTTP.md). Plaintext. Empty: off.");
+ABSL_FLAG(int64_t, http_max_body_bytes, kDefaults.http_max_body_bytes,
+          "HTTP: largest request body (uploaded file and form), bytes; larger: 413.");
+ABSL_FLAG(int, http_max_connections, kDefaults.http_max_connections,
+          "HTTP: open connections at most; more get 503.");
+ABSL_FLAG(int, http_request_timeout_ms, kDefaults.http_request_timeout_ms,
+          "HTTP: a request must arrive whole within this, else the connection closes.");
+ABSL_FLAG(int, http_threads, kDefaults.http_threads, "HTTP: I/O threads.");
 ABSL_FLAG(std::string, tls_cert_file, kDefaults.tls_cert_file,
           "PEM certificate chain for TLS on the gRPC port (with --tls_key_file). Empty: "
           "plaintext.");
@@ -193,6 +203,11 @@ int main(int argc, char** argv) {
   options.shutdown_grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);
   options.idle_memory_release_ms = absl::GetFlag(FLAGS_idle_memory_release_ms);
   options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  options.http_address = absl::GetFlag(FLAGS_http_listen);
+  options.http_max_body_bytes = absl::GetFlag(FLAGS_http_max_body_bytes);
+  options.http_max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  options.http_request_timeout_ms = absl::GetFlag(FLAGS_http_request_timeout_ms);
+  options.http_threads = absl::GetFlag(FLAGS_http_threads);
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
   options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);

@@ -61,6 +61,21 @@ absl::Status ServerOptions::Validate() const {
       return absl::InvalidArgumentError(absl::StrCat("metrics_address: ", s.message()));
     }
   }
+  if (!http_address.empty()) {
+    std::string host;
+    int port = 0;
+    if (absl::Status s = SplitHostPort(http_address, &host, &port); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("http_listen: ", s.message()));
+    }
+  }
+  if (http_max_body_bytes < 1024 || http_max_body_bytes > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "http_max_body_bytes must be in [1024, 1073741824], got ", http_max_body_bytes));
+  }
+  JASPER_RETURN_IF_ERROR(CheckRange("http_max_connections", http_max_connections, 1, 10000));
+  JASPER_RETURN_IF_ERROR(
+      CheckRange("http_request_timeout_ms", http_request_timeout_ms, 100, 3600000));
+  JASPER_RETURN_IF_ERROR(CheckRange("http_threads", http_threads, 1, 64));
   if (tls_cert_file.empty() != tls_key_file.empty()) {
     return absl::InvalidArgumentError(
         "tls_cert_file and tls_key_file must be given together (TLS needs both)");
@@ -114,9 +129,13 @@ std::string ServerOptions::ToString() const {
                         max_concurrent_streams, max_message_bytes, max_stream_duration_ms,
                         idle_timeout_ms, shutdown_grace_ms, idle_memory_release_ms);
   absl::StrAppendFormat(&out,
-                        "metrics_address=%s tls_cert_file=%s tls_key_file=%s "
+                        "metrics_address=%s http_listen=%s http_max_body_bytes=%d "
+                        "http_max_connections=%d http_request_timeout_ms=%d http_threads=%d "
+                        "tls_cert_file=%s tls_key_file=%s "
                         "tls_client_ca_file=%s tls_reload_interval_s=%d api_keys_file=%s\n",
                         metrics_address.empty() ? "(off)" : metrics_address,
+                        http_address.empty() ? "(off)" : http_address, http_max_body_bytes,
+                        http_max_connections, http_request_timeout_ms, http_threads,
                         tls_cert_file.empty() ? "(plaintext)" : tls_cert_file, tls_key_file,
                         tls_client_ca_file, tls_reload_interval_s,
                         api_keys_file.empty() ? "(no auth)" : api_keys_file);

@@ -99,6 +99,20 @@ struct ServerOptions {
   // 0.0.4), e.g. "127.0.0.1:9464" (port 0 picks one). Empty (default): no metrics listener.
   std::string metrics_address;
 
+  // The HTTP front (server/http_server.h, docs/HTTP.md): "host:port" of a listener serving the
+  // OpenAI-compatible POST /v1/audio/transcriptions, GET /v1/models, GET /metrics and
+  // GET /health, plaintext (put a TLS proxy in front off loopback). Empty (default): off.
+  std::string http_address;
+  // Largest request body (an uploaded file and its form), bytes; over it: 413. [1 KiB, 1 GiB]
+  int64_t http_max_body_bytes = 25 << 20;
+  // Open HTTP connections; more get 503. With the body limit, bounds the HTTP front's
+  // memory (about http_max_connections x http_max_body_bytes at worst). [1, 10000]
+  int http_max_connections = 64;
+  // A request (head and body) must arrive within this; then the connection closes.
+  // [100, 3600000]
+  int http_request_timeout_ms = 30000;
+  int http_threads = 2;  // I/O threads of the HTTP front [1, 64]
+
   // Transport security of the gRPC port. Both empty (default): plaintext. tls_cert_file (PEM
   // certificate chain) and tls_key_file (PEM private key) together: TLS. tls_client_ca_file
   // (PEM CA bundle, needs the other two): mutual TLS, every client must present a certificate

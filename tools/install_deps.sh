@@ -29,11 +29,13 @@ BUILD_PACKAGES=(  # tools/build.sh: the main build (CMake, Ninja, ccache, gcc; C
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev nlohmann-json3-dev libopenblas-dev libsoxr-dev
   libflac-dev libogg-dev libopus-dev libvorbis-dev libmpg123-dev
+  libboost-dev  # Boost.Beast/Asio (header-only): the HTTP front
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 TEST_PACKAGES=(  # test stage (CTest): converter, deploy checks, Riva venv, soak, TLS certificates
   python3 python3-numpy python3-yaml python3-venv
   sox espeak-ng clang-format openssl
+  curl  # the OpenAI-compatibility check posts forms with it
   shfmt  # tests/install_deps_test.py parses the shell scripts with it
 )
 FUZZ_PACKAGES=(  # fuzz stage: clang-14 with libFuzzer and its ASan/UBSan runtimes

@@ -1,0 +1,313 @@
+#include "server/http_server.h"
+
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "server/http_exporter.h"  // SplitHostPort
+#include "spdlog/spdlog.h"
+
+namespace jasper::server {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+
+absl::string_view HttpRequest::Header(absl::string_view lower_name) const {
+  for (const auto& [name, value] : headers) {
+    if (name == lower_name) return value;
+  }
+  return {};
+}
+
+HttpResponse JsonError(int status, absl::string_view message, absl::string_view type,
+                       absl::string_view code) {
+  HttpResponse r;
+  r.status = status;
+  nlohmann::json error = {{"message", std::string(message)},
+                          {"type", std::string(type)},
+                          {"param", nullptr},
+                          {"code", std::string(code)}};
+  r.body = nlohmann::json{{"error", error}}.dump();
+  return r;
+}
+
+namespace {
+class Connection;
+}  // namespace
+
+// What responders share with the server: whether it still runs (then its io_context is alive),
+// and the connections waiting for a handler's response (held here, so that a responder called
+// after the server is gone touches nothing of it).
+struct HttpToken {
+  std::mutex mu;
+  bool alive = true;
+  std::set<std::shared_ptr<Connection>> waiting;
+};
+
+struct HttpServer::Impl {
+  Impl(const HttpServerOptions& o, HttpHandler h)
+      : options(o), handler(std::move(h)), acceptor(asio::make_strand(io)) {}
+
+  void Accept();
+
+  const HttpServerOptions options;
+  const HttpHandler handler;
+  const std::shared_ptr<HttpToken> token = std::make_shared<HttpToken>();
+  // Before io: connections destroyed with the io_context's pending handlers still count down.
+  std::atomic<int> connections{0};
+  std::atomic<bool> accepting{true};
+  asio::io_context io;
+  // Keeps io.run() going while no connection is open.
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work{
+      asio::make_work_guard(io)};
+  tcp::acceptor acceptor;
+};
+
+namespace {
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(tcp::socket socket, HttpServer::Impl* server)
+      : stream_(std::move(socket)), server_(server) {
+    server_->connections.fetch_add(1);
+  }
+  ~Connection() { server_->connections.fetch_sub(1); }
+
+  void Start() { ReadHeader(); }
+
+  // The connection limit was reached: one 503, then close.
+  void Refuse() {
+    Send(JsonError(503, "too many HTTP connections; retry later", "server_error",
+                   "too_many_connections"),
+         /*keep_alive=*/false);
+  }
+
+ private:
+  void ReadHeader() {
+    parser_.emplace();
+    parser_->header_limit(static_cast<uint32_t>(server_->options.max_header_bytes));
+    parser_->body_limit(static_cast<uint64_t>(server_->options.max_body_bytes));
+    stream_.expires_after(std::chrono::milliseconds(server_->options.request_timeout_ms));
+    http::async_read_header(stream_, buffer_, *parser_,
+                            beast::bind_front_handler(&Connection::OnHeader, shared_from_this()));
+  }
+
+  void OnHeader(beast::error_code ec, size_t) {
+    if (ec) return Fail(ec);
+    const auto& req = parser_->get();
+    if (const auto length = parser_->content_length();
+        length && *length > static_cast<uint64_t>(server_->options.max_body_bytes)) {
+      return TooLarge();
+    }
+    if (absl::EqualsIgnoreCase(std::string(req[http::field::expect]), "100-continue")) {
+      auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_,
+                                                                     req.version());
+      http::async_write(stream_, *cont,
+                        [self = shared_from_this(), cont](beast::error_code e, size_t) {
+                          if (e) return self->Fail(e);
+                          self->ReadBody();
+                        });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    http::async_read(stream_, buffer_, *parser_,
+                     beast::bind_front_handler(&Connection::OnRequest, shared_from_this()));
+  }
+
+  void TooLarge() {
+    Send(JsonError(413,
+                   absl::StrCat("the request body is over --http_max_body_bytes = ",
+                                server_->options.max_body_bytes),
+                   "invalid_request_error", "request_too_large"),
+         /*keep_alive=*/false);
+  }
+
+  void OnRequest(beast::error_code ec, size_t) {
+    if (ec == http::error::body_limit) return TooLarge();
+    if (ec) return Fail(ec);
+    http::request<http::string_body> req = parser_->release();
+    HttpRequest request;
+    request.method = std::string(req.method_string());
+    const std::string target(req.target());
+    const size_t q = target.find('?');
+    request.path = target.substr(0, q);
+    if (q != std::string::npos) request.query = target.substr(q + 1);
+    for (const auto& field : req) {
+      request.headers.emplace_back(absl::AsciiStrToLower(std::string(field.name_string())),
+                                   std::string(field.value()));
+    }
+    request.body = std::move(req.body());
+    const bool keep_alive = req.keep_alive();
+    // The handler's time is its own (recognition of a long file): no timeout while it runs.
+    stream_.expires_never();
+    std::shared_ptr<HttpToken> token = server_->token;
+    {
+      std::lock_guard<std::mutex> lock(token->mu);
+      token->waiting.insert(shared_from_this());
+    }
+    std::weak_ptr<Connection> weak = shared_from_this();
+    server_->handler(std::move(request), [token, weak, keep_alive](HttpResponse response) {
+      std::lock_guard<std::mutex> lock(token->mu);
+      std::shared_ptr<Connection> self = weak.lock();
+      if (!token->alive || self == nullptr) return;  // the server has stopped
+      token->waiting.erase(self);
+      asio::post(self->stream_.get_executor(),
+                 [self, keep_alive, r = std::move(response)]() mutable {
+                   self->Send(std::move(r), keep_alive);
+                 });
+    });
+  }
+
+  void Send(HttpResponse r, bool keep_alive) {
+    auto res = std::make_shared<http::response<http::string_body>>(
+        static_cast<http::status>(r.status), 11);
+    res->set(http::field::server, "jasper-serve");
+    res->set(http::field::content_type, r.content_type);
+    for (const auto& [name, value] : r.headers) res->set(name, value);
+    res->body() = std::move(r.body);
+    res->keep_alive(keep_alive);
+    res->prepare_payload();
+    stream_.expires_after(std::chrono::milliseconds(server_->options.request_timeout_ms));
+    http::async_write(stream_, *res,
+                      [self = shared_from_this(), res, keep_alive](beast::error_code ec, size_t) {
+                        if (ec) return self->Fail(ec);
+                        if (!keep_alive) return self->Close();
+                        self->ReadHeader();
+                      });
+  }
+
+  void Close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  }
+
+  void Fail(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == asio::error::operation_aborted ||
+        ec == beast::error::timeout || ec == asio::error::eof ||
+        ec == asio::error::connection_reset) {
+      return Close();
+    }
+    if (ec == http::error::header_limit) {
+      return Send(JsonError(431, "the request head is too large", "invalid_request_error",
+                            "request_header_too_large"),
+                  false);
+    }
+    // A malformed request: 400, then close.
+    if (ec.category() == http::make_error_code(http::error::bad_target).category()) {
+      return Send(JsonError(400, absl::StrCat("malformed HTTP request: ", ec.message()),
+                            "invalid_request_error", "bad_request"),
+                  false);
+    }
+    spdlog::debug("HTTP connection: {}", ec.message());
+    Close();
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  HttpServer::Impl* const server_;  // outlives every connection (see ~HttpServer)
+};
+
+}  // namespace
+
+void HttpServer::Impl::Accept() {
+  acceptor.async_accept(asio::make_strand(io),
+                        [self = this](beast::error_code ec, tcp::socket socket) {
+                          if (!self->accepting.load()) return;
+                          if (!ec) {
+                            auto connection = std::make_shared<Connection>(std::move(socket), self);
+                            if (self->connections.load() > self->options.max_connections) {
+                              connection->Refuse();
+                            } else {
+                              connection->Start();
+                            }
+                          }
+                          self->Accept();
+                        });
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options,
+                                                              HttpHandler handler) {
+  if (options.threads < 1 || options.threads > 64) {
+    return absl::InvalidArgumentError("http threads must be in [1, 64]");
+  }
+  if (options.max_body_bytes < 1024 || options.max_header_bytes < 1024 ||
+      options.request_timeout_ms < 100 || options.max_connections < 1) {
+    return absl::InvalidArgumentError("HTTP limits out of range");
+  }
+  std::string host;
+  int port = 0;
+  if (absl::Status s = SplitHostPort(options.address, &host, &port); !s.ok()) return s;
+  std::unique_ptr<HttpServer> server(new HttpServer());
+  server->impl_ = std::make_unique<Impl>(options, std::move(handler));
+  Impl& impl = *server->impl_;
+  beast::error_code ec;
+  tcp::resolver resolver(impl.io);
+  const auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+  if (ec || endpoints.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve ", options.address, ": ", ec ? ec.message() : "no address"));
+  }
+  const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+  impl.acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) impl.acceptor.bind(endpoint, ec);
+  if (!ec) impl.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.address, ": ", ec.message()));
+  }
+  server->port_ = impl.acceptor.local_endpoint().port();
+  impl.Accept();
+  for (int i = 0; i < options.threads; ++i) {
+    server->threads_.emplace_back([io = &impl.io] { io->run(); });
+  }
+  return server;
+}
+
+int HttpServer::connections() const { return impl_->connections.load(); }
+
+void HttpServer::StopAccepting() {
+  if (!impl_->accepting.exchange(false)) return;
+  asio::post(impl_->acceptor.get_executor(), [impl = impl_.get()] {
+    beast::error_code ignored;
+    impl->acceptor.close(ignored);
+  });
+}
+
+HttpServer::~HttpServer() {
+  StopAccepting();
+  {
+    std::lock_guard<std::mutex> lock(impl_->token->mu);
+    impl_->token->alive = false;  // responders called from now on send nothing
+  }
+  impl_->work.reset();
+  impl_->io.stop();
+  for (std::thread& t : threads_) t.join();
+  std::set<std::shared_ptr<Connection>> waiting;
+  {
+    std::lock_guard<std::mutex> lock(impl_->token->mu);
+    waiting.swap(impl_->token->waiting);
+  }
+  waiting.clear();  // while the io_context is alive
+  // Pending handlers (and the connections they hold) are destroyed with the io_context.
+  impl_.reset();
+}
+
+}  // namespace jasper::server

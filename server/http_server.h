@@ -1,0 +1,99 @@
+// HttpServer: the HTTP/1.1 front of jasper-server (--http_listen), on Boost.Beast over
+// Boost.Asio (docs/HTTP.md says why this library). Asynchronous: a few I/O threads serve every
+// connection, and a handler answers whenever it is ready (recognition runs on the engine's
+// pools, never on an I/O thread), so a slow request holds no thread.
+//
+// Per connection: keep-alive, one request at a time. The request head is limited to
+// max_header_bytes (431), the body to max_body_bytes (413, checked against Content-Length
+// before the body is read, and while a chunked body arrives); `Expect: 100-continue` is
+// answered before the body is read. A request must arrive whole within request_timeout_ms of
+// its first byte (or of the connection's idle start), else the connection is closed; the
+// handler's own time is not limited here. Connections beyond max_connections get 503 and are
+// closed. Errors the server answers itself carry an OpenAI-style JSON body
+// ({"error": {"message", "type", "code"}}).
+//
+// Ownership: owns its acceptor, connections and I/O threads; the handler must outlive the
+// server. Thread-safety: the handler runs on I/O threads, several at once; a Responder may be
+// called from any thread, exactly once. Stop() and the destructor from any thread but an I/O
+// thread.
+#ifndef JASPER_SERVER_HTTP_SERVER_H_
+#define JASPER_SERVER_HTTP_SERVER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace jasper::server {
+
+struct HttpRequest {
+  std::string method;                                        // "GET", "POST", ...
+  std::string path;                                          // the target without its query
+  std::string query;                                         // after '?', undecoded
+  std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased
+  std::string body;
+
+  // The first header of that (lower-case) name; "" when absent.
+  absl::string_view Header(absl::string_view lower_name) const;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra headers
+};
+
+// {"error": {"message": ..., "type": ..., "code": ...}} with `status`.
+HttpResponse JsonError(int status, absl::string_view message, absl::string_view type,
+                       absl::string_view code);
+
+// Sends the response; call exactly once, from any thread.
+using HttpResponder = std::function<void(HttpResponse)>;
+using HttpHandler = std::function<void(HttpRequest, HttpResponder)>;
+
+struct HttpServerOptions {
+  std::string address;  // "host:port" or "[v6]:port"; port 0 picks one
+  int threads = 2;      // I/O threads
+  int64_t max_body_bytes = 25 << 20;
+  int max_header_bytes = 16 << 10;
+  int request_timeout_ms = 30000;
+  int max_connections = 64;
+};
+
+class HttpServer {
+ public:
+  struct Impl;  // http_server.cc
+  // Binds and starts serving. Errors: INVALID_ARGUMENT (malformed address or options),
+  // UNAVAILABLE (cannot resolve or bind).
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
+                                                           HttpHandler handler);
+  // Stop(), then joins the I/O threads (responses not yet sent are dropped).
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Stops accepting connections; open ones are served until they close. Idempotent.
+  void StopAccepting();
+
+  int port() const { return port_; }
+  // Connections open now.
+  int connections() const;
+
+ private:
+  HttpServer() = default;
+
+  std::unique_ptr<Impl> impl_;
+  int port_ = 0;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace jasper::server
+
+#endif  // JASPER_SERVER_HTTP_SERVER_H_

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# OpenAI API compatibility check: the stock `openai` client (PyPI) and curl against
+# jasper-server's HTTP front (--http_listen), with an API key, on WAV, FLAC, Ogg Opus, Ogg
+# Vorbis and MP3 files; each transcript must equal the gRPC API's for the same file
+# (jasper-client, same server).
+#
+#   tools/openai_compat_check.sh BUILD_DIR [MODEL_DIR]
+#
+# Creates BUILD_DIR/openai-venv on first use (python3 -m venv; pip install openai; needs PyPI,
+# exit 77 = skipped without it). Exit status: the checks'.
+set -euo pipefail
+
+if [[ $# -lt 1 ]]; then
+  echo "usage: $0 BUILD_DIR [MODEL_DIR]" >&2
+  exit 2
+fi
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="$(cd "$1" && pwd)"
+model="${2:-$root/models/quartznet_en_tts_small}"
+venv="$build/openai-venv"
+python="${PYTHON:-python3}"
+[[ -x "$build/server/jasper-server" ]] || { echo "build jasper-server first" >&2; exit 2; }
+
+if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import openai" 2>/dev/null; then
+  echo "creating $venv"
+  if ! "$python" -m venv "$venv" ||
+     ! "$venv/bin/pip" install --quiet --disable-pip-version-check --timeout 60 openai; then
+    rm -rf "$venv"
+    echo "SKIPPED: could not install openai from PyPI" >&2
+    exit 77
+  fi
+fi
+
+work="$(mktemp -d)"
+server_pid=""
+cleanup() {
+  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid"
+    wait "$server_pid" || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+key="test-key-$$-$RANDOM"
+echo "$key" >"$work/keys"
+: >"$work/server.log"
+"$build/server/jasper-server" --model_dir="$model" --listen=127.0.0.1:0 \
+  --http_listen=127.0.0.1:0 --api_keys_file="$work/keys" >"$work/server.log" 2>&1 &
+server_pid=$!
+port="" http_port=""
+for _ in $(seq 1 300); do
+  port="$(sed -n 's/.*(port \([0-9][0-9]*\)).*/\1/p' "$work/server.log" | head -n1)"
+  http_port="$(sed -n 's/.*(http port \([0-9][0-9]*\)).*/\1/p' "$work/server.log" | head -n1)"
+  [[ -n "$port" && -n "$http_port" ]] && break
+  kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
+  sleep 0.1
+done
+[[ -n "$port" && -n "$http_port" ]] || { cat "$work/server.log" >&2; exit 1; }
+echo "jasper-server: gRPC 127.0.0.1:$port, HTTP 127.0.0.1:$http_port"
+name="$(sed -n 's/.*"name": *"\([^"]*\)".*/\1/p' "$model/model.json" | head -n1)"
+
+files=("$model"/samples/sample_1.wav "$root"/tests/fixtures/codecs/sample_1.flac
+       "$root"/tests/fixtures/codecs/sample_1.opus "$root"/tests/fixtures/codecs/sample_2_44k_stereo.ogg
+       "$root"/tests/fixtures/codecs/sample_1.mp3 "$root"/tests/fixtures/codecs/sample_2_44k_stereo_bare.mp3)
+args=()
+status=0
+for f in "${files[@]}"; do
+  want="$("$build/client/jasper-client" --server="127.0.0.1:$port" --api_key="$key" --mode=offline \
+    --output=json --report=false "$f" | sed -n 's/.*"transcript":"\([^"]*\)".*/\1/p')"
+  args+=(--expect "$f=$want")
+  # curl: the same form, the same transcript.
+  got="$(curl -sS -H "Authorization: Bearer $key" -F "file=@$f" -F "model=$name" \
+    -F response_format=text "http://127.0.0.1:$http_port/v1/audio/transcriptions")"
+  if [[ "$got" == "$want" && -n "$want" ]]; then
+    echo "ok   curl $(basename "$f"): '$got'"
+  else
+    echo "FAIL curl $(basename "$f"): '$got' != gRPC's '$want'"
+    status=1
+  fi
+done
+"$venv/bin/python" "$root/tests/openai_compat_test.py" --base_url "http://127.0.0.1:$http_port/v1" \
+  --api_key "$key" --model "$name" "${args[@]}" || status=$?
+if [[ $status -ne 0 ]]; then
+  echo "--- server log ---" >&2
+  cat "$work/server.log" >&2
+fi
+exit $status
