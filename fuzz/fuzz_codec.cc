@@ -2,7 +2,8 @@
 // it: an encoding (LINEAR_PCM sniffs FLAC/Ogg/ID3 by magic; FLAC, OGGOPUS and MP3 labelled),
 // a model rate, a bound on the output of each decode step, then the stream's bytes in pushes
 // of one fuzzer-chosen size, Continue() while output is pending, Flush, Continue to the end.
-// Checks: every sample finite and in [-1, 1]; no step exceeds its bound by more than one codec
+// Checks: every sample finite and within [-8, 8] (decoded in [-1, 1], plus the resampler's
+// ringing on clipped audio); no step exceeds its bound by more than one codec
 // frame (a few bytes of FLAC can hold minutes: the bound, not the input, limits memory).
 //
 // Input layout: [encoding][model rate index][bound index][piece size] then the stream's bytes.
@@ -41,7 +42,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto check = [&](size_t before) {
     if (bound > 0 && out.size() - before > static_cast<size_t>(bound) + kFrameSlack) abort();
     for (size_t i = before; i < out.size(); ++i) {
-      if (!std::isfinite(out[i]) || std::fabs(out[i]) > 1.0f) abort();
+      // Decoders clamp to [-1, 1]; resampling rings beyond it on clipped, square-ish audio
+      // (2.09 seen here, 16 -> 48 kHz): bounded by the filter's L1 norm, well under 8.
+      if (!std::isfinite(out[i]) || std::fabs(out[i]) > 8.0f) abort();
     }
     if (out.size() > (1u << 24)) out.clear();  // keep the fuzzer's memory small
   };

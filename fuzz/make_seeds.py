@@ -188,3 +188,24 @@ put("fuzz_codec", "mp3_stereo_labelled", bytes([3, 0, 0, 60]) +
 # fuzz_stream_session: an Ogg Opus stream (encoding index 4, rate 0).
 put("fuzz_stream_session", "opus_stream",
     small + bytes([4, 3]) + push(read(codecs + "sample_1.opus")) + bytes([5]))
+
+
+# fuzz_multipart: [content-type length][content-type][body].
+def form(ctype, body):
+    c = ctype.encode()
+    return bytes([len(c)]) + c + body
+
+
+b = b"XyZ"
+put("fuzz_multipart", "two_parts", form(
+    "multipart/form-data; boundary=XyZ",
+    b"--XyZ\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm1\r\n"
+    b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n"
+    b"Content-Type: audio/wav\r\n\r\nRIFF....WAVE\r\n--XyZ--\r\n"))
+put("fuzz_multipart", "quoted_boundary_preamble", form(
+    'multipart/form-data; boundary="a b\\"c"',
+    b"preamble\r\n--a b\"c\r\nContent-Disposition: form-data; name=file\r\n\r\n"
+    b"\r\n--a b\"c--"))
+put("fuzz_multipart", "unterminated", form(
+    "multipart/form-data; boundary=q",
+    b"--q\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\nno end"))

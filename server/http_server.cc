@@ -106,6 +106,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void OnHeader(beast::error_code ec, size_t) {
+    if (ec == http::error::body_limit) return TooLarge();  // Content-Length over the limit
     if (ec) return Fail(ec);
     const auto& req = parser_->get();
     if (const auto length = parser_->content_length();

@@ -42,7 +42,7 @@ main_test() {
 }
 
 FUZZ_TARGETS=(fuzz_wav fuzz_audio_input fuzz_resample fuzz_model_config fuzz_safetensors
-              fuzz_stream_session fuzz_ngram_lm fuzz_codec)
+              fuzz_stream_session fuzz_ngram_lm fuzz_codec fuzz_multipart)
 
 fuzz_stage() {
   CC=$FUZZ_CC CXX=$FUZZ_CXX cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -84,7 +84,7 @@ asan_stage() {
 
 TSAN_TESTS=(scheduler_test task_pool_test stream_session_test stream_session_window_test
   stream_session_threads_test stream_session_codec_test cpu_threads_test server_test
-  server_models_test server_audio_formats_test)
+  server_models_test server_audio_formats_test server_http_test)
 tsan_stage() {
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DJASPER_CUDA=OFF \
     -DJASPER_SANITIZE=thread >/dev/null

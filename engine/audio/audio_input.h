@@ -71,7 +71,8 @@ class AudioInput {
                                                             int64_t max_samples_per_call = 0);
   ~AudioInput();
 
-  // Decodes `bytes` and appends mono float samples in [-1, 1] at the model rate to
+  // Decodes `bytes` and appends mono float samples at the model rate (decoded in [-1, 1];
+  // resampling clipped audio may ring a little beyond) to
   // *samples_out (which may receive fewer samples than the bytes hold: the resampler keeps a
   // short delay line until Flush()).
   // A LINEAR_PCM stream whose first bytes are "RIFF" is parsed as WAV: the header (which may be

@@ -1,0 +1,325 @@
+// The HTTP front (server/http_server.h, server/openai_api.h) over loopback, with raw sockets so
+// every byte on the wire is the test's: transcription equal to the gRPC API's, keep-alive,
+// Expect: 100-continue, and each limit with its status (413 body, 431 head, 400 malformed,
+// 404/405 routes, connection limit 503, request timeout closes), multipart errors as JSON;
+// and the multipart parser itself.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "jasper/asr/v1/asr.grpc.pb.h"
+#include "nlohmann/json.hpp"
+#include "server/jasper_server.h"
+#include "server/multipart.h"
+#include "tests/server_test_util.h"
+
+namespace jasper::server {
+namespace {
+
+namespace fs = std::filesystem;
+using ::jasper::test_util::DeadlineIn;
+using ::jasper::test_util::ReadFileBytes;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+const fs::path kRoot = JASPER_SOURCE_DIR;
+constexpr char kWav[] = "models/quartznet_en_tts_small/samples/sample_1.wav";
+constexpr int64_t kMaxBody = 256 << 10;
+constexpr int kMaxConnections = 6;
+constexpr int kTimeoutMs = 1500;
+
+// A connected loopback socket; closed when destroyed.
+class Socket {
+ public:
+  explicit Socket(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    timeval tv{10, 0};  // no read waits forever
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  }
+  ~Socket() { close(fd_); }
+  bool connected() const { return connected_; }
+  void Send(const std::string& bytes) {
+    size_t sent = 0;
+    while (sent < bytes.size()) {
+      const ssize_t n = send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return;
+      sent += static_cast<size_t>(n);
+    }
+  }
+  // One response: its head, then Content-Length bytes of body. "" when the peer closed first.
+  std::string ReadResponse() {
+    while (true) {
+      const size_t head_end = buffer_.find("\r\n\r\n");
+      if (head_end != std::string::npos) {
+        size_t length = 0;
+        const size_t cl = buffer_.find("Content-Length: ");
+        if (cl != std::string::npos && cl < head_end) length = std::stoul(buffer_.substr(cl + 16));
+        if (buffer_.size() >= head_end + 4 + length) {
+          std::string response = buffer_.substr(0, head_end + 4 + length);
+          buffer_.erase(0, head_end + 4 + length);
+          return response;
+        }
+      }
+      char chunk[4096];
+      const ssize_t n = recv(fd_, chunk, sizeof(chunk), 0);
+      if (n <= 0) return "";
+      buffer_.append(chunk, static_cast<size_t>(n));
+    }
+  }
+  // Whether the peer closes the connection (recv returns 0) within the receive timeout.
+  bool PeerCloses() {
+    char c;
+    return recv(fd_, &c, 1, 0) == 0;
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+  std::string buffer_;
+};
+
+std::string Body(const std::string& response) {
+  return response.substr(response.find("\r\n\r\n") + 4);
+}
+
+// A multipart/form-data POST of `fields` (name, filename, data) to the transcription route.
+std::string FormPost(const std::vector<std::vector<std::string>>& fields,
+                     const std::string& extra_headers = "") {
+  const std::string boundary = "----jasperTestBoundary7MA4YWxk";
+  std::string body;
+  for (const auto& f : fields) {
+    absl::StrAppend(&body, "--", boundary, "\r\nContent-Disposition: form-data; name=\"", f[0],
+                    "\"", f[1].empty() ? "" : absl::StrCat("; filename=\"", f[1], "\""), "\r\n\r\n",
+                    f[2], "\r\n");
+  }
+  absl::StrAppend(&body, "--", boundary, "--\r\n");
+  return absl::StrCat("POST /v1/audio/transcriptions HTTP/1.1\r\nHost: localhost\r\n",
+                      "Content-Type: multipart/form-data; boundary=", boundary, "\r\n",
+                      "Content-Length: ", body.size(), "\r\n", extra_headers, "\r\n", body);
+}
+
+class ServerHttpTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ServerOptions o;
+    o.listen_address = "127.0.0.1:0";
+    o.http_address = "127.0.0.1:0";
+    o.model_dir = (kRoot / "models/quartznet_en_tts_small").string();
+    o.warmup = false;
+    o.http_max_body_bytes = kMaxBody;
+    o.http_max_connections = kMaxConnections;
+    o.http_request_timeout_ms = kTimeoutMs;
+    auto server = JasperServer::Start(o);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() { delete server_; }
+  static int port() { return server_->http_port(); }
+
+  // The gRPC API's transcript of `wav`.
+  static std::string GrpcTranscript(const std::string& wav) {
+    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                       grpc::InsecureChannelCredentials());
+    auto stub = asr::v1::Asr::NewStub(channel);
+    asr::v1::RecognizeRequest request;
+    request.set_audio(wav);
+    asr::v1::RecognizeResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn());
+    EXPECT_TRUE(stub->Recognize(&context, request, &response).ok());
+    std::string text;
+    for (const auto& r : response.results()) text += r.alternatives(0).transcript();
+    return text;
+  }
+
+  inline static JasperServer* server_ = nullptr;
+};
+
+TEST_F(ServerHttpTest, TranscribesAsGrpcDoesAndKeepsTheConnection) {
+  const std::string wav = ReadFileBytes(kRoot / kWav);
+  const std::string want = GrpcTranscript(wav);
+  ASSERT_FALSE(want.empty());
+  Socket s(port());
+  ASSERT_TRUE(s.connected());
+  for (const char* format : {"json", "text", "verbose_json"}) {
+    s.Send(FormPost({{"file", "a.wav", wav}, {"response_format", "", format}}));
+    const std::string r = s.ReadResponse();  // same connection: keep-alive
+    ASSERT_THAT(r, StartsWith("HTTP/1.1 200")) << format << ": " << r.substr(0, 300);
+    if (std::string(format) == "text") {
+      EXPECT_EQ(Body(r), want + "\n");
+    } else {
+      EXPECT_EQ(nlohmann::json::parse(Body(r))["text"], want) << format;
+    }
+  }
+  s.Send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_THAT(Body(s.ReadResponse()), HasSubstr("SERVING"));
+}
+
+TEST_F(ServerHttpTest, AnswersExpect100ContinueBeforeTheBody) {
+  const std::string wav = ReadFileBytes(kRoot / kWav);
+  std::string request = FormPost({{"file", "a.wav", wav}}, "Expect: 100-continue\r\n");
+  const size_t head_end = request.find("\r\n\r\n") + 4;
+  Socket s(port());
+  s.Send(request.substr(0, head_end));
+  EXPECT_THAT(s.ReadResponse(), StartsWith("HTTP/1.1 100 Continue"));
+  s.Send(request.substr(head_end));
+  EXPECT_THAT(s.ReadResponse(), StartsWith("HTTP/1.1 200"));
+}
+
+TEST_F(ServerHttpTest, LimitsAnswerWithTheirStatus) {
+  {  // A body over http_max_body_bytes: 413 from its Content-Length, before it is sent.
+    Socket s(port());
+    s.Send(
+        absl::StrCat("POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     "multipart/form-data; boundary=b\r\nContent-Length: ",
+                     kMaxBody + 1, "\r\n\r\n"));
+    const std::string r = s.ReadResponse();
+    EXPECT_THAT(r, StartsWith("HTTP/1.1 413"));
+    EXPECT_THAT(Body(r), HasSubstr("request_too_large"));
+  }
+  {  // A chunked body that grows past the limit: 413 too.
+    Socket s(port());
+    s.Send(
+        "POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        "Content-Type: multipart/form-data; boundary=b\r\n\r\n");
+    const std::string chunk(64 << 10, 'a');
+    for (int i = 0; i < 5; ++i) s.Send(absl::StrCat("10000\r\n", chunk, "\r\n"));
+    EXPECT_THAT(s.ReadResponse(), StartsWith("HTTP/1.1 413"));
+  }
+  {  // A head over the header limit (16 KiB): 431.
+    Socket s(port());
+    s.Send(absl::StrCat("GET /health HTTP/1.1\r\nX-Big: ", std::string(20000, 'x'), "\r\n\r\n"));
+    EXPECT_THAT(s.ReadResponse(), StartsWith("HTTP/1.1 431"));
+  }
+  {  // Not HTTP: 400.
+    Socket s(port());
+    s.Send("HELLO THERE\r\n\r\n");
+    EXPECT_THAT(s.ReadResponse(), StartsWith("HTTP/1.1 400"));
+  }
+  {  // Routes: 404, and 405 with Allow.
+    Socket s(port());
+    s.Send("GET /nope HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_THAT(s.ReadResponse(), StartsWith("HTTP/1.1 404"));
+    s.Send("GET /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\n\r\n");
+    const std::string r = s.ReadResponse();
+    EXPECT_THAT(r, StartsWith("HTTP/1.1 405"));
+    EXPECT_THAT(r, HasSubstr("Allow: POST"));
+  }
+  {  // A request that never completes: the connection is closed after the timeout.
+    Socket s(port());
+    s.Send("GET /health HTTP/1.1\r\nHost:");
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_TRUE(s.PeerCloses());
+    EXPECT_GE(std::chrono::steady_clock::now() - start,
+              std::chrono::milliseconds(kTimeoutMs - 200));
+  }
+}
+
+TEST_F(ServerHttpTest, ConnectionsBeyondTheLimitGet503) {
+  std::vector<std::unique_ptr<Socket>> open;
+  for (int i = 0; i < kMaxConnections; ++i) {
+    open.push_back(std::make_unique<Socket>(port()));
+    open.back()->Send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    ASSERT_THAT(open.back()->ReadResponse(), StartsWith("HTTP/1.1 200"));  // accepted, held
+  }
+  Socket extra(port());
+  EXPECT_THAT(extra.ReadResponse(), StartsWith("HTTP/1.1 503"));
+  open.clear();
+  // Once they are closed, connections are served again.
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    Socket s(port());
+    s.Send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    if (s.ReadResponse().rfind("HTTP/1.1 200", 0) == 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ADD_FAILURE() << "no connection served after the others closed";
+}
+
+TEST_F(ServerHttpTest, BadFormsAreJsonErrors) {
+  const std::string wav = ReadFileBytes(kRoot / kWav);
+  struct Case {
+    std::vector<std::vector<std::string>> fields;
+    const char* status;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{{"model", "", "quartznet_en_tts_small"}}, "400", "no 'file' part"},
+      {{{"file", "a.wav", wav}, {"response_format", "", "xml"}}, "400", "response_format"},
+      {{{"file", "a.wav", wav}, {"model", "", "whisper-1"}}, "404", "not found"},
+      {{{"file", "a.wav", wav}, {"language", "", "de"}}, "400", "language"},
+      {{{"file", "notes.txt", "just some text, not audio"}}, "400", "not audio"},
+      {{{"file", "a.wav", wav}, {"timestamp_granularities[]", "", "word"}}, "400", "verbose_json"},
+      {{{"file", "a.wav", wav.substr(0, 30)}}, "400", "WAV"},
+  };
+  Socket s(port());
+  for (const Case& c : cases) {
+    s.Send(FormPost(c.fields));
+    const std::string r = s.ReadResponse();
+    EXPECT_THAT(r, StartsWith(absl::StrCat("HTTP/1.1 ", c.status))) << c.message << ": " << r;
+    const auto j = nlohmann::json::parse(Body(r), nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j.is_object()) << r;
+    EXPECT_THAT(j["error"]["message"].get<std::string>(), HasSubstr(c.message));
+  }
+  // Not multipart at all.
+  s.Send(
+      "POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: 2\r\n\r\n{}");
+  EXPECT_THAT(s.ReadResponse(), StartsWith("HTTP/1.1 400"));
+}
+
+TEST(MultipartTest, ParsesPartsAndRefusesBrokenForms) {
+  absl::StatusOr<std::string> b =
+      FormBoundary("multipart/form-data; charset=utf-8; boundary=\"x y\"");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(*b, "x y");
+  EXPECT_FALSE(FormBoundary("application/json").ok());
+  EXPECT_FALSE(FormBoundary("multipart/form-data").ok());
+  EXPECT_FALSE(
+      FormBoundary(absl::StrCat("multipart/form-data; boundary=", std::string(71, 'b'))).ok());
+
+  const std::string body =
+      "preamble\r\n--x y\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n1\r\n--x y\r\n"
+      "Content-Disposition: form-data; name=\"file\"; filename=\"f.wav\"\r\nContent-Type: "
+      "audio/wav\r\n\r\nbin\r\nary\r\n--x y--\r\nepilogue";
+  absl::StatusOr<std::vector<FormPart>> parts = ParseMultipart(body, "x y");
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  ASSERT_EQ(parts->size(), 2u);
+  EXPECT_EQ((*parts)[0].name, "a");
+  EXPECT_EQ((*parts)[0].data, "1");
+  EXPECT_EQ((*parts)[1].filename, "f.wav");
+  EXPECT_EQ((*parts)[1].content_type, "audio/wav");
+  EXPECT_EQ((*parts)[1].data, "bin\r\nary");
+
+  for (const char* bad :
+       {"", "--x y\r\n\r\n", "--x y\r\nContent-Disposition: form-data\r\n\r\nv",
+        "--x y\r\nContent-Disposition: form-data; name=a\r\n\r\nno end", "--x yjunk"}) {
+    EXPECT_EQ(ParseMultipart(bad, "x y").status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  std::string many;
+  for (int i = 0; i <= kMaxFormParts; ++i) {
+    absl::StrAppend(&many, "--x y\r\nContent-Disposition: form-data; name=p\r\n\r\nv\r\n");
+  }
+  absl::StrAppend(&many, "--x y--");
+  EXPECT_THAT(std::string(ParseMultipart(many, "x y").status().message()), HasSubstr("more than"));
+}
+
+}  // namespace
+}  // namespace jasper::server
