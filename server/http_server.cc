@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <array>
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -13,9 +14,9 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
-#include "server/http_exporter.h"  // SplitHostPort
 #include "spdlog/spdlog.h"
 
 namespace jasper::server {
@@ -24,6 +25,38 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = boost::beast::http;
 using tcp = boost::asio::ip::tcp;
+
+absl::Status SplitHostPort(const std::string& address, std::string* host, int* port) {
+  std::string h;
+  std::string p;
+  if (!address.empty() && address[0] == '[') {
+    const size_t close = address.find(']');
+    if (close == std::string::npos || close + 1 >= address.size() || address[close + 1] != ':') {
+      return absl::InvalidArgumentError(absl::StrCat("address '", address, "' is not [IPv6]:port"));
+    }
+    h = address.substr(1, close - 1);
+    p = address.substr(close + 2);
+  } else {
+    const size_t colon = address.rfind(':');
+    if (colon == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("address '", address, "' has no :port"));
+    }
+    h = address.substr(0, colon);
+    p = address.substr(colon + 1);
+    if (h.find(':') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("address '", address, "': write IPv6 hosts as [host]:port"));
+    }
+  }
+  int port_number = -1;
+  if (h.empty() || !absl::SimpleAtoi(p, &port_number) || port_number < 0 || port_number > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address '", address, "' is not host:port with a port in [0, 65535]"));
+  }
+  *host = h;
+  *port = port_number;
+  return absl::OkStatus();
+}
 
 absl::string_view HttpRequest::Header(absl::string_view lower_name) const {
   for (const auto& [name, value] : headers) {
@@ -164,14 +197,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     std::weak_ptr<Connection> weak = shared_from_this();
     server_->handler(std::move(request), [token, weak, keep_alive](HttpResponse response) {
+      const bool keep = keep_alive && !response.close;
       std::lock_guard<std::mutex> lock(token->mu);
       std::shared_ptr<Connection> self = weak.lock();
       if (!token->alive || self == nullptr) return;  // the server has stopped
       token->waiting.erase(self);
-      asio::post(self->stream_.get_executor(),
-                 [self, keep_alive, r = std::move(response)]() mutable {
-                   self->Send(std::move(r), keep_alive);
-                 });
+      asio::post(self->stream_.get_executor(), [self, keep, r = std::move(response)]() mutable {
+        self->Send(std::move(r), keep);
+      });
     });
   }
 
@@ -193,16 +226,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
                       });
   }
 
+  // Lingering close: stop sending, then read and drop what the client still sends (up to 1 s)
+  // before the socket closes, so that a response sent before the whole request was read is not
+  // destroyed by the TCP reset that closing on unread data causes.
   void Close() {
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(std::chrono::seconds(1));
+    Drain();
+  }
+  void Drain() {
+    auto sink = std::make_shared<std::array<char, 4096>>();
+    stream_.async_read_some(asio::buffer(*sink),
+                            [self = shared_from_this(), sink](beast::error_code ec, size_t) {
+                              if (!ec) self->Drain();  // else: EOF, timeout or error: done
+                            });
   }
 
   void Fail(beast::error_code ec) {
-    if (ec == http::error::end_of_stream || ec == asio::error::operation_aborted ||
-        ec == beast::error::timeout || ec == asio::error::eof ||
+    if (ec == http::error::end_of_stream || ec == asio::error::eof) return Close();
+    if (ec == asio::error::operation_aborted || ec == beast::error::timeout ||
         ec == asio::error::connection_reset) {
-      return Close();
+      return;  // the socket closes with this connection
     }
     if (ec == http::error::header_limit) {
       return Send(JsonError(431, "the request head is too large", "invalid_request_error",

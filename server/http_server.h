@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -48,6 +49,7 @@ struct HttpResponse {
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers
+  bool close = false;  // close the connection after this response (else keep-alive)
 };
 
 // {"error": {"message": ..., "type": ..., "code": ...}} with `status`.
@@ -93,6 +95,10 @@ class HttpServer {
   int port_ = 0;
   std::vector<std::thread> threads_;
 };
+
+// Splits "host:port" / "[v6]:port" into host (brackets removed) and port. INVALID_ARGUMENT when
+// the port is missing or not in [0, 65535], or the host is empty.
+absl::Status SplitHostPort(const std::string& address, std::string* host, int* port);
 
 }  // namespace jasper::server
 

@@ -6,7 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/status_macros.h"
-#include "server/http_exporter.h"
+#include "server/http_server.h"
 
 namespace jasper::server {
 namespace {

@@ -9,7 +9,7 @@
 #include "engine/status_macros.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
-#include "server/http_exporter.h"
+#include "server/http_server.h"
 
 namespace jasper::server {
 namespace {

@@ -343,8 +343,12 @@ TEST_F(HttpExporterTest, ServesMetricsAnd404AndErrors) {
   EXPECT_THAT(head, StartsWith("HTTP/1.1 200"));
   EXPECT_EQ(HttpBody(head), "");
   EXPECT_THAT(HttpRaw(exporter_->port(), "nonsense\r\n\r\n"), StartsWith("HTTP/1.1 400"));
+  EXPECT_THAT(
+      HttpRaw(exporter_->port(), "GET /metrics HTTP/1.1\r\nX-Big: " + std::string(9000, 'a')),
+      StartsWith("HTTP/1.1 431"));
+  // A request line that is not HTTP is refused as soon as it is seen, whatever its length.
   EXPECT_THAT(HttpRaw(exporter_->port(), "GET /metrics " + std::string(9000, 'a')),
-              StartsWith("HTTP/1.1 431"));
+              StartsWith("HTTP/1.1 400"));
 }
 
 TEST_F(HttpExporterTest, SlowClientsDoNotBlockOthers) {

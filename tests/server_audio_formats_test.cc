@@ -126,7 +126,9 @@ TEST_F(ServerAudioFormatsTest, CompressedFilesTranscribeOnBothApisAndStreaming) 
     } else {
       EXPECT_LE(Cer(ours, want), c.max_cer) << c.file << ": '" << ours << "'";
     }
-    if (c.on_riva) EXPECT_EQ(Riva(kCodecs / c.file, c.riva), ours) << c.file;
+    if (c.on_riva) {
+      EXPECT_EQ(Riva(kCodecs / c.file, c.riva), ours) << c.file;
+    }
     // The CLI's calls: the file as it is, offline and streamed in 4 KiB pieces.
     absl::StatusOr<client::AudioFile> file =
         client::LoadAudioFile((kCodecs / c.file).string(), /*raw_sample_rate_hz=*/0);
