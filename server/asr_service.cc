@@ -6,6 +6,7 @@
 #include "server/offline_call.h"
 #include "server/service_glue.h"
 #include "server/stream_call.h"
+#include "server/ws_stream_call.h"
 
 namespace jasper::server {
 namespace {
@@ -71,6 +72,12 @@ grpc::ServerUnaryReactor* AsrService::Recognize(grpc::CallbackServerContext* /*c
 grpc::ServerBidiReactor<pb::StreamingRecognizeRequest, pb::StreamingRecognizeResponse>*
 AsrService::StreamingRecognize(grpc::CallbackServerContext* /*context*/) {
   return new StreamCall<StreamAdapter<JasperApi>>(engine_);
+}
+
+std::shared_ptr<void> StartWebSocketStream(ServingEngine* engine, std::weak_ptr<WebSocket> socket) {
+  auto call = std::make_shared<WsStreamCall<StreamAdapter<JasperApi>>>(engine, std::move(socket));
+  call->Begin();
+  return call;
 }
 
 grpc::ServerUnaryReactor* AsrService::ListModels(grpc::CallbackServerContext* context,

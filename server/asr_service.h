@@ -9,6 +9,7 @@
 
 #include "grpcpp/grpcpp.h"
 #include "jasper/asr/v1/asr.grpc.pb.h"
+#include "server/http_server.h"
 #include "server/serving_engine.h"
 
 namespace jasper::server {
@@ -32,6 +33,10 @@ class AsrService final : public jasper::asr::v1::Asr::CallbackService {
  private:
   ServingEngine* const engine_;  // not owned
 };
+
+// The WebSocket front's streaming call (server/ws_stream_call.h) on this API's messages:
+// starts it on `socket` and returns it for the connection to own.
+std::shared_ptr<void> StartWebSocketStream(ServingEngine* engine, std::weak_ptr<WebSocket> socket);
 
 }  // namespace jasper::server
 

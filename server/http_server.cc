@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
@@ -7,6 +8,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
 #include <chrono>
 #include <mutex>
 #include <optional>
@@ -79,6 +81,7 @@ HttpResponse JsonError(int status, absl::string_view message, absl::string_view 
 
 namespace {
 class Connection;
+class WsConnection;
 }  // namespace
 
 // What responders share with the server: whether it still runs (then its io_context is alive),
@@ -88,16 +91,21 @@ struct HttpToken {
   std::mutex mu;
   bool alive = true;
   std::set<std::shared_ptr<Connection>> waiting;
+  std::set<std::shared_ptr<WsConnection>> websockets;  // open ones (dropped when they end)
 };
 
 struct HttpServer::Impl {
-  Impl(const HttpServerOptions& o, HttpHandler h)
-      : options(o), handler(std::move(h)), acceptor(asio::make_strand(io)) {}
+  Impl(const HttpServerOptions& o, HttpHandler h, WebSocketHandler w)
+      : options(o),
+        handler(std::move(h)),
+        ws_handler(std::move(w)),
+        acceptor(asio::make_strand(io)) {}
 
   void Accept();
 
   const HttpServerOptions options;
   const HttpHandler handler;
+  const WebSocketHandler ws_handler;
   const std::shared_ptr<HttpToken> token = std::make_shared<HttpToken>();
   // Before io: connections destroyed with the io_context's pending handlers still count down.
   std::atomic<int> connections{0};
@@ -110,6 +118,87 @@ struct HttpServer::Impl {
 };
 
 namespace {
+
+namespace websocket = boost::beast::websocket;
+
+class WsConnection : public WebSocket, public std::enable_shared_from_this<WsConnection> {
+ public:
+  WsConnection(beast::tcp_stream stream, HttpServer::Impl* server)
+      : ws_(std::move(stream)), server_(server), token_(server->token) {
+    server_->connections.fetch_add(1);
+  }
+  ~WsConnection() override { server_->connections.fetch_sub(1); }
+
+  void Accept(http::request<http::string_body> req, HttpRequest request) {
+    ws_.read_message_max(static_cast<uint64_t>(server_->options.max_websocket_message_bytes));
+    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    auto self = shared_from_this();
+    ws_.async_accept(req, [self, request = std::move(request)](beast::error_code ec) {
+      if (ec) return;
+      {
+        std::lock_guard<std::mutex> lock(self->token_->mu);
+        if (!self->token_->alive) return;
+        self->token_->websockets.insert(self);
+      }
+      self->owner_ = self->server_->ws_handler(request, self);
+    });
+  }
+
+  void Read(std::function<void(bool, bool, std::string)> done) override {
+    Post([self = shared_from_this(), done = std::move(done)]() mutable {
+      self->ws_.async_read(self->in_, [self, done = std::move(done)](beast::error_code ec, size_t) {
+        if (ec) {
+          done(false, false, std::string());
+          return self->End();
+        }
+        std::string data = beast::buffers_to_string(self->in_.data());
+        self->in_.consume(self->in_.size());
+        done(true, self->ws_.got_text(), std::move(data));
+      });
+    });
+  }
+
+  void Write(bool is_text, std::string data, std::function<void(bool)> done) override {
+    Post([self = shared_from_this(), is_text, data = std::make_shared<std::string>(std::move(data)),
+          done = std::move(done)]() mutable {
+      self->ws_.text(is_text);
+      self->ws_.async_write(asio::buffer(*data),
+                            [self, data, done = std::move(done)](beast::error_code ec, size_t) {
+                              done(!ec);
+                              if (ec) self->End();
+                            });
+    });
+  }
+
+  void Close(int code, std::string reason) override {
+    if (reason.size() > 123) reason.resize(123);
+    Post([self = shared_from_this(), code, reason = std::move(reason)] {
+      websocket::close_reason why(static_cast<websocket::close_code>(code), reason);
+      self->ws_.async_close(why, [self](beast::error_code) { self->End(); });
+    });
+  }
+
+ private:
+  // Runs `fn` on the connection's strand, unless the server has stopped.
+  template <typename F>
+  void Post(F&& fn) {
+    std::lock_guard<std::mutex> lock(token_->mu);
+    if (!token_->alive) return;
+    asio::post(ws_.get_executor(), std::forward<F>(fn));
+  }
+  // The connection is over: the handler's object goes (on this I/O thread), the server forgets it.
+  void End() {
+    owner_.reset();
+    std::lock_guard<std::mutex> lock(token_->mu);
+    token_->websockets.erase(shared_from_this());
+  }
+
+  websocket::stream<beast::tcp_stream> ws_;
+  beast::flat_buffer in_;
+  HttpServer::Impl* const server_;
+  const std::shared_ptr<HttpToken> token_;
+  std::shared_ptr<void> owner_;  // the handler's (the call), on the strand
+};
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
@@ -177,6 +266,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (ec) return Fail(ec);
     http::request<http::string_body> req = parser_->release();
     HttpRequest request;
+    const bool upgrade = websocket::is_upgrade(req);
     request.method = std::string(req.method_string());
     const std::string target(req.target());
     const size_t q = target.find('?');
@@ -185,6 +275,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
     for (const auto& field : req) {
       request.headers.emplace_back(absl::AsciiStrToLower(std::string(field.name_string())),
                                    std::string(field.value()));
+    }
+    if (upgrade) {
+      const auto& paths = server_->options.websocket_paths;
+      if (server_->ws_handler == nullptr ||
+          std::find(paths.begin(), paths.end(), request.path) == paths.end()) {
+        return Send(JsonError(404, absl::StrCat("no WebSocket route ", request.path.substr(0, 128)),
+                              "invalid_request_error", "not_found"),
+                    false);
+      }
+      stream_.expires_never();  // the WebSocket's own timeouts apply from here
+      auto ws = std::make_shared<WsConnection>(std::move(stream_), server_);
+      ws->Accept(std::move(req), std::move(request));
+      return;  // this HTTP connection object ends here; the socket is the WebSocket's
     }
     request.body = std::move(req.body());
     const bool keep_alive = req.keep_alive();
@@ -289,7 +392,8 @@ void HttpServer::Impl::Accept() {
 }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options,
-                                                              HttpHandler handler) {
+                                                              HttpHandler handler,
+                                                              WebSocketHandler websocket) {
   if (options.threads < 1 || options.threads > 64) {
     return absl::InvalidArgumentError("http threads must be in [1, 64]");
   }
@@ -301,7 +405,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   int port = 0;
   if (absl::Status s = SplitHostPort(options.address, &host, &port); !s.ok()) return s;
   std::unique_ptr<HttpServer> server(new HttpServer());
-  server->impl_ = std::make_unique<Impl>(options, std::move(handler));
+  server->impl_ = std::make_unique<Impl>(options, std::move(handler), std::move(websocket));
   Impl& impl = *server->impl_;
   beast::error_code ec;
   tcp::resolver resolver(impl.io);
@@ -347,11 +451,14 @@ HttpServer::~HttpServer() {
   impl_->io.stop();
   for (std::thread& t : threads_) t.join();
   std::set<std::shared_ptr<Connection>> waiting;
+  std::set<std::shared_ptr<WsConnection>> websockets;
   {
     std::lock_guard<std::mutex> lock(impl_->token->mu);
     waiting.swap(impl_->token->waiting);
+    websockets.swap(impl_->token->websockets);
   }
   waiting.clear();  // while the io_context is alive
+  websockets.clear();
   // Pending handlers (and the connections they hold) are destroyed with the io_context.
   impl_.reset();
 }

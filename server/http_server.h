@@ -60,6 +60,28 @@ HttpResponse JsonError(int status, absl::string_view message, absl::string_view 
 using HttpResponder = std::function<void(HttpResponse)>;
 using HttpHandler = std::function<void(HttpRequest, HttpResponder)>;
 
+// One accepted WebSocket connection (RFC 6455) of the HTTP front. Messages arrive whole
+// (fragments reassembled), at most HttpServerOptions::max_websocket_message_bytes (larger: the
+// connection is closed with 1009). Pings are answered by the library.
+// Thread-safety: thread-safe (calls are posted to the connection's strand); at most one Read and
+// one Write outstanding; callbacks run on an I/O thread. After the server stops, calls do
+// nothing and their callbacks never run.
+class WebSocket {
+ public:
+  virtual ~WebSocket() = default;
+  // done(ok, is_text, data): ok false when the peer closed the connection or it failed.
+  virtual void Read(std::function<void(bool ok, bool is_text, std::string data)> done) = 0;
+  virtual void Write(bool is_text, std::string data, std::function<void(bool ok)> done) = 0;
+  // Sends a close frame (`reason` cut to 123 bytes); the connection then ends.
+  virtual void Close(int code, std::string reason) = 0;
+};
+
+// Called on an I/O thread once the handshake of an upgrade request to one of the
+// websocket_paths is done. Returns what the connection keeps alive until it ends (the call
+// object; it should hold the WebSocket weakly).
+using WebSocketHandler =
+    std::function<std::shared_ptr<void>(const HttpRequest&, std::weak_ptr<WebSocket>)>;
+
 struct HttpServerOptions {
   std::string address;  // "host:port" or "[v6]:port"; port 0 picks one
   int threads = 2;      // I/O threads
@@ -67,6 +89,9 @@ struct HttpServerOptions {
   int max_header_bytes = 16 << 10;
   int request_timeout_ms = 30000;
   int max_connections = 64;
+  // Paths where a WebSocket upgrade is accepted (others: 404 for upgrades).
+  std::vector<std::string> websocket_paths;
+  int64_t max_websocket_message_bytes = 1 << 20;
 };
 
 class HttpServer {
@@ -75,7 +100,8 @@ class HttpServer {
   // Binds and starts serving. Errors: INVALID_ARGUMENT (malformed address or options),
   // UNAVAILABLE (cannot resolve or bind).
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
-                                                           HttpHandler handler);
+                                                           HttpHandler handler,
+                                                           WebSocketHandler websocket = nullptr);
   // Stop(), then joins the I/O threads (responses not yet sent are dropped).
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;

@@ -98,8 +98,18 @@ absl::StatusOr<std::unique_ptr<JasperServer>> JasperServer::Start(const ServerOp
     h.max_connections = options.http_max_connections;
     h.request_timeout_ms = options.http_request_timeout_ms;
     ServerMetrics* metrics = server->engine_->metrics();
+    h.websocket_paths = {kWebSocketStreamPath};
+    ServingEngine* engine = server->engine_.get();
     absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(
-        h, MakeOpenAiHandler(server->engine_.get(), keys, [metrics] { return metrics->Render(); }));
+        h, MakeOpenAiHandler(engine, keys, [metrics] { return metrics->Render(); }),
+        [engine, keys](const HttpRequest& request,
+                       std::weak_ptr<WebSocket> socket) -> std::shared_ptr<void> {
+          if (keys != nullptr && !HttpRequestHasKey(request, *keys->Current())) {
+            if (auto s = socket.lock()) s->Close(4016, "missing or invalid API key");
+            return nullptr;
+          }
+          return StartWebSocketStream(engine, std::move(socket));
+        });
     if (!http.ok()) return http.status();
     server->http_ = *std::move(http);
     if (!IsLoopbackAddress(options.http_address)) {

@@ -418,6 +418,12 @@ TranscriptionOutput RenderTranscription(const std::vector<SessionResult>& finals
   return out;
 }
 
+bool HttpRequestHasKey(const HttpRequest& request, const ApiKeys& keys) {
+  absl::string_view key = ApiKeys::KeyFromAuthorization(request.Header("authorization"));
+  if (key.empty()) key = request.Header("x-api-key");
+  return !key.empty() && keys.Matches(key);
+}
+
 HttpHandler MakeOpenAiHandler(ServingEngine* engine, std::shared_ptr<ApiKeyStore> keys,
                               std::function<std::string()> render_metrics) {
   const int64_t created = absl::ToUnixSeconds(absl::Now());  // when these models were loaded

@@ -34,6 +34,12 @@
 
 namespace jasper::server {
 
+// Where the HTTP front accepts WebSocket streams (server/ws_stream_call.h).
+inline constexpr char kWebSocketStreamPath[] = "/v1/stream";
+
+// Whether the request carries one of `keys` (Authorization: Bearer, or x-api-key).
+bool HttpRequestHasKey(const HttpRequest& request, const ApiKeys& keys);
+
 // `render_metrics` may be empty (then /metrics is 404). `keys` may be null (no authentication).
 HttpHandler MakeOpenAiHandler(ServingEngine* engine, std::shared_ptr<ApiKeyStore> keys,
                               std::function<std::string()> render_metrics);

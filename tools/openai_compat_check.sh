@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# OpenAI API compatibility check: the stock `openai` client (PyPI) and curl against
-# jasper-server's HTTP front (--http_listen), with an API key, on WAV, FLAC, Ogg Opus, Ogg
-# Vorbis and MP3 files; each transcript must equal the gRPC API's for the same file
-# (jasper-client, same server).
+# HTTP front check: the stock `openai` client (PyPI), curl and a stock WebSocket client
+# (`websockets`, PyPI) against jasper-server's HTTP front (--http_listen), with an API key, on
+# WAV, FLAC, Ogg Opus, Ogg Vorbis and MP3 files; each transcript must equal the gRPC API's for
+# the same file (jasper-client, same server): REST (tests/openai_compat_test.py) and WebSocket
+# streaming (tests/websocket_stream_test.py).
 #
 #   tools/openai_compat_check.sh BUILD_DIR [MODEL_DIR]
 #
-# Creates BUILD_DIR/openai-venv on first use (python3 -m venv; pip install openai; needs PyPI,
+# Creates BUILD_DIR/openai-venv on first use (python3 -m venv; pip install openai websockets; needs PyPI,
 # exit 77 = skipped without it). Exit status: the checks'.
 set -euo pipefail
 
@@ -21,12 +22,12 @@ venv="$build/openai-venv"
 python="${PYTHON:-python3}"
 [[ -x "$build/server/jasper-server" ]] || { echo "build jasper-server first" >&2; exit 2; }
 
-if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import openai" 2>/dev/null; then
+if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import openai, websockets" 2>/dev/null; then
   echo "creating $venv"
   if ! "$python" -m venv "$venv" ||
-     ! "$venv/bin/pip" install --quiet --disable-pip-version-check --timeout 60 openai; then
+     ! "$venv/bin/pip" install --quiet --disable-pip-version-check --timeout 60 openai websockets; then
     rm -rf "$venv"
-    echo "SKIPPED: could not install openai from PyPI" >&2
+    echo "SKIPPED: could not install openai and websockets from PyPI" >&2
     exit 77
   fi
 fi
@@ -81,6 +82,8 @@ for f in "${files[@]}"; do
 done
 "$venv/bin/python" "$root/tests/openai_compat_test.py" --base_url "http://127.0.0.1:$http_port/v1" \
   --api_key "$key" --model "$name" "${args[@]}" || status=$?
+"$venv/bin/python" "$root/tests/websocket_stream_test.py" \
+  --url "ws://127.0.0.1:$http_port/v1/stream" --api_key "$key" "${args[@]}" || status=$?
 if [[ $status -ne 0 ]]; then
   echo "--- server log ---" >&2
   cat "$work/server.log" >&2
