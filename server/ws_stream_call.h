@@ -82,6 +82,7 @@ class WsStreamCall final : public StreamCallCore,
     std::string json;
     google::protobuf::util::JsonPrintOptions options;
     options.preserve_proto_field_names = false;
+    options.always_print_primitive_fields = true;  // isFinal: false is said, not implied
     (void)google::protobuf::util::MessageToJsonString(response, &json, options);
     std::shared_ptr<WebSocket> socket = socket_.lock();
     std::weak_ptr<WsStreamCall> weak = this->shared_from_this();
