@@ -8,6 +8,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/websocket.hpp>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -282,6 +286,77 @@ TEST_F(ServerHttpTest, BadFormsAreJsonErrors) {
       "POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
       "Content-Length: 2\r\n\r\n{}");
   EXPECT_THAT(s.ReadResponse(), StartsWith("HTTP/1.1 400"));
+}
+
+// A WebSocket stream (/v1/stream) with Beast's client: config, audio in 100 ms frames, end; the
+// finals are the gRPC API's, the close is 1000. A bad config: error JSON, then close 4003.
+struct WsOutcome {
+  std::string finals;
+  int interims = 0;
+  int close_code = 0;
+  std::string error;
+};
+
+WsOutcome StreamOverWebSocket(int port, const std::string& start, const std::string& audio) {
+  namespace beast = boost::beast;
+  namespace websocket = beast::websocket;
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::resolver resolver(io);
+  websocket::stream<beast::tcp_stream> ws(io);
+  beast::get_lowest_layer(ws).expires_after(std::chrono::seconds(60));
+  beast::get_lowest_layer(ws).connect(resolver.resolve("127.0.0.1", std::to_string(port)));
+  ws.handshake(absl::StrCat("127.0.0.1:", port), "/v1/stream");
+  WsOutcome out;
+  beast::error_code ec;
+  ws.text(true);
+  ws.write(boost::asio::buffer(start), ec);
+  for (size_t i = 0; !ec && i < audio.size(); i += 3200) {
+    ws.binary(true);
+    ws.write(boost::asio::buffer(audio.data() + i, std::min<size_t>(3200, audio.size() - i)), ec);
+  }
+  if (!ec) {
+    ws.text(true);
+    ws.write(boost::asio::buffer(std::string(R"({"end": true})")), ec);
+  }
+  while (true) {
+    beast::flat_buffer buffer;
+    ws.read(buffer, ec);
+    if (ec) break;
+    const auto j = nlohmann::json::parse(beast::buffers_to_string(buffer.data()));
+    if (j.contains("error")) out.error = j["error"]["code"];
+    for (const auto& r : j.value("results", nlohmann::json::array())) {
+      if (!r["isFinal"].get<bool>()) {
+        ++out.interims;
+      } else {
+        out.finals += r["alternatives"][0]["transcript"].get<std::string>();
+      }
+    }
+  }
+  out.close_code = static_cast<int>(ws.reason().code);
+  return out;
+}
+
+TEST_F(ServerHttpTest, WebSocketStreamsAsGrpcDoes) {
+  const std::string wav = ReadFileBytes(kRoot / kWav);
+  const std::string want = GrpcTranscript(wav);
+  const WsOutcome ok = StreamOverWebSocket(
+      port(), R"({"streamingConfig": {"config": {}, "interimResults": true}})", wav);
+  EXPECT_EQ(ok.finals, want);
+  EXPECT_GT(ok.interims, 0);
+  EXPECT_EQ(ok.close_code, 1000);
+  EXPECT_EQ(ok.error, "");
+  const WsOutcome bad =
+      StreamOverWebSocket(port(), R"({"streamingConfig": {"config": {"decoder": "x"}}})", wav);
+  EXPECT_EQ(bad.close_code, 4003);
+  EXPECT_EQ(bad.error, "INVALID_ARGUMENT");
+  const WsOutcome not_json = StreamOverWebSocket(port(), "hello", wav);
+  EXPECT_EQ(not_json.close_code, 4003);
+  // An upgrade to another path is 404 (plain HTTP answer).
+  Socket s(port());
+  s.Send(
+      "GET /v1/elsewhere HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+  EXPECT_THAT(s.ReadResponse(), StartsWith("HTTP/1.1 404"));
 }
 
 TEST(MultipartTest, ParsesPartsAndRefusesBrokenForms) {
