@@ -22,6 +22,7 @@
 #include "server/multipart.h"
 #include "server/offline_call.h"
 #include "server/status_map.h"
+#include "server/web_page.h"
 
 namespace jasper::server {
 namespace {
@@ -438,6 +439,13 @@ HttpHandler MakeOpenAiHandler(ServingEngine* engine, std::shared_ptr<ApiKeyStore
       r.headers.emplace_back("Allow", allow);
       respond(std::move(r));
     };
+    if (path == "/" || path == "/index.html") {
+      if (!get) return method_not_allowed("GET, HEAD");
+      HttpResponse r;
+      r.content_type = "text/html; charset=utf-8";
+      r.body = IndexHtml();
+      return respond(std::move(r));
+    }
     if (path == "/health") {
       if (!get) return method_not_allowed("GET, HEAD");
       if (engine->draining()) {

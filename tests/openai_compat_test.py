@@ -11,7 +11,7 @@ file that is not audio (BadRequestError).
 
 Usage: openai_compat_test.py --base_url http://127.0.0.1:PORT/v1 --api_key KEY --model NAME
            --expect FILE=TRANSCRIPT [--expect ...]
-Exit status 0 when every check passes. Normally run through tools/openai_compat_check.sh.
+Exit status 0 when every check passes. Normally run through tools/http_front_check.sh.
 """
 
 import argparse

@@ -35,7 +35,8 @@ BUILD_PACKAGES=(  # tools/build.sh: the main build (CMake, Ninja, ccache, gcc; C
 TEST_PACKAGES=(  # test stage (CTest): converter, deploy checks, Riva venv, soak, TLS certificates
   python3 python3-numpy python3-yaml python3-venv
   sox espeak-ng clang-format openssl
-  curl  # the OpenAI-compatibility check posts forms with it
+  curl      # tools/http_front_check.sh posts forms with it
+  chromium  # ... and opens the browser page headless (fake microphone)
   shfmt  # tests/install_deps_test.py parses the shell scripts with it
 )
 FUZZ_PACKAGES=(  # fuzz stage: clang-14 with libFuzzer and its ASan/UBSan runtimes

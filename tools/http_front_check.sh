@@ -2,10 +2,11 @@
 # HTTP front check: the stock `openai` client (PyPI), curl and a stock WebSocket client
 # (`websockets`, PyPI) against jasper-server's HTTP front (--http_listen), with an API key, on
 # WAV, FLAC, Ogg Opus, Ogg Vorbis and MP3 files; each transcript must equal the gRPC API's for
-# the same file (jasper-client, same server): REST (tests/openai_compat_test.py) and WebSocket
-# streaming (tests/websocket_stream_test.py).
+# the same file (jasper-client, same server): REST (tests/openai_compat_test.py), WebSocket
+# streaming (tests/websocket_stream_test.py), and the browser page in headless Chromium with a
+# fake microphone playing a sample (tests/browser_test.py; SCREENSHOT=FILE saves the page).
 #
-#   tools/openai_compat_check.sh BUILD_DIR [MODEL_DIR]
+#   tools/http_front_check.sh BUILD_DIR [MODEL_DIR]
 #
 # Creates BUILD_DIR/openai-venv on first use (python3 -m venv; pip install openai websockets; needs PyPI,
 # exit 77 = skipped without it). Exit status: the checks'.
@@ -84,6 +85,31 @@ done
   --api_key "$key" --model "$name" "${args[@]}" || status=$?
 "$venv/bin/python" "$root/tests/websocket_stream_test.py" \
   --url "ws://127.0.0.1:$http_port/v1/stream" --api_key "$key" "${args[@]}" || status=$?
+# The browser page. Browsers cannot put a key on a WebSocket, so the page is checked against a
+# second server without keys (same binary and model).
+chromium="$(command -v chromium || command -v chromium-browser || true)"
+if [[ -z "$chromium" ]]; then
+  echo "FAIL no chromium (tools/install_deps.sh installs it)"
+  status=1
+else
+  "$build/server/jasper-server" --model_dir="$model" --listen=127.0.0.1:0 \
+    --http_listen=127.0.0.1:0 >"$work/open.log" 2>&1 &
+  open_pid=$!
+  open_port=""
+  for _ in $(seq 1 300); do
+    open_port="$(sed -n 's/.*(http port \([0-9][0-9]*\)).*/\1/p' "$work/open.log" | head -n1)"
+    [[ -n "$open_port" ]] && break
+    sleep 0.1
+  done
+  wav="$model/samples/sample_2.wav"
+  want="$("$build/client/jasper-client" --server="127.0.0.1:$port" --api_key="$key" --mode=offline \
+    --output=json --report=false "$wav" | sed -n 's/.*"transcript":"\([^"]*\)".*/\1/p')"
+  "$venv/bin/python" "$root/tests/browser_test.py" --chromium "$chromium" \
+    --url "http://127.0.0.1:$open_port/" --wav "$wav" --expect "$want" \
+    ${SCREENSHOT:+--screenshot "$SCREENSHOT"} || status=$?
+  kill -TERM "$open_pid"
+  wait "$open_pid" || true
+fi
 if [[ $status -ne 0 ]]; then
   echo "--- server log ---" >&2
   cat "$work/server.log" >&2
