@@ -431,8 +431,6 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   return server;
 }
 
-int HttpServer::connections() const { return impl_->connections.load(); }
-
 void HttpServer::StopAccepting() {
   if (!impl_->accepting.exchange(false)) return;
   asio::post(impl_->acceptor.get_executor(), [impl = impl_.get()] {

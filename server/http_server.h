@@ -111,8 +111,6 @@ class HttpServer {
   void StopAccepting();
 
   int port() const { return port_; }
-  // Connections open now.
-  int connections() const;
 
  private:
   HttpServer() = default;

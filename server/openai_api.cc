@@ -67,26 +67,9 @@ const char* ErrorType(int status) {
 
 HttpResponse ErrorFromStatus(const grpc::Status& status) {
   const int http = HttpStatusOf(status.error_code());
-  std::string code = absl::AsciiStrToLower(absl::StrCat(status.error_code()));
-  static constexpr const char* kNames[] = {"ok",
-                                           "cancelled",
-                                           "unknown",
-                                           "invalid_argument",
-                                           "deadline_exceeded",
-                                           "not_found",
-                                           "already_exists",
-                                           "permission_denied",
-                                           "resource_exhausted",
-                                           "failed_precondition",
-                                           "aborted",
-                                           "out_of_range",
-                                           "unimplemented",
-                                           "internal",
-                                           "unavailable",
-                                           "data_loss",
-                                           "unauthenticated"};
-  const int c = static_cast<int>(status.error_code());
-  if (c >= 0 && c < static_cast<int>(std::size(kNames))) code = kNames[c];
+  // gRPC's codes are absl's, number for number: absl names them ("INVALID_ARGUMENT").
+  const std::string code = absl::AsciiStrToLower(
+      absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())));
   return JsonError(http, status.error_message(), ErrorType(http), code);
 }
 
@@ -465,14 +448,12 @@ HttpHandler MakeOpenAiHandler(ServingEngine* engine, std::shared_ptr<ApiKeyStore
                                "invalid_request_error", "not_found"));
     }
     // The API: keys as on gRPC (Authorization: Bearer, or x-api-key).
-    if (keys != nullptr) {
-      absl::string_view key = ApiKeys::KeyFromAuthorization(request.Header("authorization"));
-      if (key.empty()) key = request.Header("x-api-key");
-      if (key.empty() || !keys->Current()->Matches(key)) {
-        return respond(JsonError(
-            401, key.empty() ? "missing API key (Authorization: Bearer KEY)" : "invalid API key",
-            "authentication_error", "invalid_api_key"));
-      }
+    if (keys != nullptr && !HttpRequestHasKey(request, *keys->Current())) {
+      const bool missing = ApiKeys::KeyFromAuthorization(request.Header("authorization")).empty() &&
+                           request.Header("x-api-key").empty();
+      return respond(JsonError(
+          401, missing ? "missing API key (Authorization: Bearer KEY)" : "invalid API key",
+          "authentication_error", "invalid_api_key"));
     }
     if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) {
       if (!get) return method_not_allowed("GET, HEAD");

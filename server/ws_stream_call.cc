@@ -5,26 +5,9 @@
 namespace jasper::server {
 
 std::string WebSocketErrorJson(const grpc::Status& status) {
-  static constexpr const char* kNames[] = {"OK",
-                                           "CANCELLED",
-                                           "UNKNOWN",
-                                           "INVALID_ARGUMENT",
-                                           "DEADLINE_EXCEEDED",
-                                           "NOT_FOUND",
-                                           "ALREADY_EXISTS",
-                                           "PERMISSION_DENIED",
-                                           "RESOURCE_EXHAUSTED",
-                                           "FAILED_PRECONDITION",
-                                           "ABORTED",
-                                           "OUT_OF_RANGE",
-                                           "UNIMPLEMENTED",
-                                           "INTERNAL",
-                                           "UNAVAILABLE",
-                                           "DATA_LOSS",
-                                           "UNAUTHENTICATED"};
-  const int c = static_cast<int>(status.error_code());
+  // gRPC's codes are absl's, number for number: absl names them ("INVALID_ARGUMENT").
   const std::string code =
-      c >= 0 && c < static_cast<int>(std::size(kNames)) ? kNames[c] : "UNKNOWN";
+      absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()));
   return nlohmann::json{{"error", {{"code", code}, {"message", status.error_message()}}}}.dump();
 }
 

@@ -65,6 +65,16 @@ class ShellScan:
         self.scripts = []  # in scan order
         self.texts = {}
 
+    def literal_parts(self, node):
+        """The literal pieces of a Word joined, expansions left out ("$root/tools/x.sh" -> "/tools/x.sh")."""
+        out = ""
+        for part in (node or {}).get("Parts", []):
+            if part.get("Type") in ("Lit", "SglQuoted"):
+                out += part.get("Value", "")
+            elif part.get("Type") == "DblQuoted":
+                out += self.literal_parts(part)
+        return out
+
     def word(self, node):
         """The literal value of a shfmt Word, or None when it depends on run time."""
         if not node:
@@ -121,6 +131,12 @@ class ShellScan:
                 if value and COMPILER_VARS.match(name):
                     self.compilers.setdefault(value, rel)
             args = [self.word(a) for a in node.get("Args") or []]
+            raw = node.get("Args") or []
+            if args and args[0] in ("source", ".") and len(raw) > 1:
+                # A sourced library ("$root/tools/lib/server.sh"): its functions count as known.
+                m = re.search(r"(tools|tests)/[\w./-]+\.sh$", self.literal_parts(raw[1]))
+                if m:
+                    self.scan(m.group(0))
             self.command(args, rel)
             for a in args[1:]:  # scripts passed to a function or an interpreter
                 self.reference(a, rel)

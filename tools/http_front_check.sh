@@ -33,32 +33,19 @@ if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import openai, webs
   fi
 fi
 
+source "$root/tools/lib/server.sh"  # start_server / stop_server
 work="$(mktemp -d)"
-server_pid=""
-cleanup() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid"
-    wait "$server_pid" || true
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap 'stop_server; rm -rf "$work"' EXIT
+
+# The HTTP front logs its port ("(http port N)") before the gRPC port that start_server waits for.
+http_port_of() { sed -n 's/.*(http port \([0-9][0-9]*\)).*/\1/p' "$1" | head -n1; }
 
 key="test-key-$$-$RANDOM"
 echo "$key" >"$work/keys"
-: >"$work/server.log"
-"$build/server/jasper-server" --model_dir="$model" --listen=127.0.0.1:0 \
-  --http_listen=127.0.0.1:0 --api_keys_file="$work/keys" >"$work/server.log" 2>&1 &
-server_pid=$!
-port="" http_port=""
-for _ in $(seq 1 300); do
-  port="$(sed -n 's/.*(port \([0-9][0-9]*\)).*/\1/p' "$work/server.log" | head -n1)"
-  http_port="$(sed -n 's/.*(http port \([0-9][0-9]*\)).*/\1/p' "$work/server.log" | head -n1)"
-  [[ -n "$port" && -n "$http_port" ]] && break
-  kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
-  sleep 0.1
-done
-[[ -n "$port" && -n "$http_port" ]] || { cat "$work/server.log" >&2; exit 1; }
+start_server "$build/server/jasper-server" "$work/server.log" --model_dir="$model" \
+  --http_listen=127.0.0.1:0 --api_keys_file="$work/keys"
+port=$SERVER_PORT
+http_port="$(http_port_of "$work/server.log")"
 echo "jasper-server: gRPC 127.0.0.1:$port, HTTP 127.0.0.1:$http_port"
 name="$(sed -n 's/.*"name": *"\([^"]*\)".*/\1/p' "$model/model.json" | head -n1)"
 
@@ -92,23 +79,16 @@ if [[ -z "$chromium" ]]; then
   echo "FAIL no chromium (tools/install_deps.sh installs it)"
   status=1
 else
-  "$build/server/jasper-server" --model_dir="$model" --listen=127.0.0.1:0 \
-    --http_listen=127.0.0.1:0 >"$work/open.log" 2>&1 &
-  open_pid=$!
-  open_port=""
-  for _ in $(seq 1 300); do
-    open_port="$(sed -n 's/.*(http port \([0-9][0-9]*\)).*/\1/p' "$work/open.log" | head -n1)"
-    [[ -n "$open_port" ]] && break
-    sleep 0.1
-  done
   wav="$model/samples/sample_2.wav"
   want="$("$build/client/jasper-client" --server="127.0.0.1:$port" --api_key="$key" --mode=offline \
     --output=json --report=false "$wav" | sed -n 's/.*"transcript":"\([^"]*\)".*/\1/p')"
+  stop_server
+  start_server "$build/server/jasper-server" "$work/open.log" --model_dir="$model" \
+    --http_listen=127.0.0.1:0
+  open_port="$(http_port_of "$work/open.log")"
   "$venv/bin/python" "$root/tests/browser_test.py" --chromium "$chromium" \
     --url "http://127.0.0.1:$open_port/" --wav "$wav" --expect "$want" \
     ${SCREENSHOT:+--screenshot "$SCREENSHOT"} || status=$?
-  kill -TERM "$open_pid"
-  wait "$open_pid" || true
 fi
 if [[ $status -ne 0 ]]; then
   echo "--- server log ---" >&2
