@@ -123,11 +123,7 @@ absl::Status AudioInput::StartData() {
   if (absl::Status s = CheckRate(format_.sample_rate_hz, "sample rate"); !s.ok()) {
     return Fail(s);
   }
-  if (format_.sample_rate_hz != model_rate_) {
-    absl::StatusOr<Resampler> r = Resampler::Create(format_.sample_rate_hz, model_rate_);
-    if (!r.ok()) return Fail(r.status());
-    resampler_ = std::make_unique<Resampler>(std::move(*r));
-  }
+  if (absl::Status s = StartResampler(); !s.ok()) return Fail(s);
   if (!is_wav_) {
     block_align_ = (format_.encoding == AudioEncoding::kLinearPcm16 ? 2 : 1) * format_.channels;
   }
@@ -424,19 +420,22 @@ absl::Status AudioInput::StartCompressedFormat(int rate, int channels) {
   JASPER_RETURN_IF_ERROR(CheckRate(rate, absl::StrCat(name, " sample rate").c_str()));
   format_.sample_rate_hz = rate;
   format_.channels = channels;
-  if (rate != model_rate_) {
-    absl::StatusOr<Resampler> r = Resampler::Create(rate, model_rate_);
-    if (!r.ok()) return r.status();
-    resampler_ = std::make_unique<Resampler>(std::move(*r));
-  }
-  codec_format_known_ = true;
+  return StartResampler();
+}
+
+absl::Status AudioInput::StartResampler() {
+  if (format_.sample_rate_hz == model_rate_) return absl::OkStatus();
+  absl::StatusOr<Resampler> r = Resampler::Create(format_.sample_rate_hz, model_rate_);
+  if (!r.ok()) return r.status();
+  resampler_ = std::make_unique<Resampler>(std::move(*r));
   return absl::OkStatus();
 }
 
 absl::Status AudioInput::DecodeCompressed(std::vector<float>* samples_out) {
   int64_t produced = 0;
   auto sink = [&](const float* x, int64_t frames, int rate, int channels) -> absl::StatusOr<bool> {
-    if (!codec_format_known_) JASPER_RETURN_IF_ERROR(StartCompressedFormat(rate, channels));
+    // The stream's first frame: its header's format (the rate is 0 until then).
+    if (format_.sample_rate_hz == 0) JASPER_RETURN_IF_ERROR(StartCompressedFormat(rate, channels));
     scratch_.assign(x, x + frames * channels);
     DownmixInPlace(channels, &scratch_);
     input_samples_ += frames;

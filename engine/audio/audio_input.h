@@ -112,6 +112,8 @@ class AudioInput {
   absl::Status DecodeCompressed(std::vector<float>* samples_out);
   // The codec's first frame: checks its format, creates the resampler.
   absl::Status StartCompressedFormat(int rate, int channels);
+  // A resampler from format_'s rate to the model's, when they differ.
+  absl::Status StartResampler();
   // Header complete in pending_ (or raw audio): checks the format, creates the resampler.
   absl::Status StartData();
   // Tries to parse the WAV header held in pending_. Sets *complete when it is.
@@ -138,7 +140,6 @@ class AudioInput {
   int64_t input_samples_ = 0;
   // Compressed audio.
   std::unique_ptr<CodecDecoder> codec_;
-  bool codec_format_known_ = false;
   bool flushed_input_ = false;   // Flush() was called: the codec has all the bytes
   bool pending_decode_ = false;  // see has_pending()
 };
