@@ -169,8 +169,8 @@ absl::StatusOr<AudioFile> LoadAudioFile(const std::string& path, int raw_sample_
   return file;
 }
 
-CallResult RunStreaming(asr::Asr::Stub* stub, const AudioFile& file, const CallOptions& options,
-                        LoadStats* stats) {
+CallResult RunStreamingOn(const StreamOpener& open, const AudioFile& file,
+                          const CallOptions& options, LoadStats* stats) {
   CallResult result;
   result.audio_s = file.header.duration_s();
   const WavHeader& h = file.header;
@@ -186,15 +186,19 @@ CallResult RunStreaming(asr::Asr::Stub* stub, const AudioFile& file, const CallO
                        static_cast<size_t>(h.sample_rate * std::max(1, options.chunk_ms) / 1000) *
                            frame_bytes);
 
-  grpc::ClientContext context;
-  context.set_deadline(Deadline(file, options));
   StreamTiming timing;
   const bool measure_partials = stats != nullptr && options.interim_results && !compressed;
   WordFirstShown first_shown;  // used by this (the reading) thread only
   const SteadyClock::time_point start = SteadyClock::now();
-  std::unique_ptr<
-      grpc::ClientReaderWriter<asr::StreamingRecognizeRequest, asr::StreamingRecognizeResponse>>
-      stream = stub->StreamingRecognize(&context);
+  absl::StatusOr<std::unique_ptr<RecognizeStream>> opened = open(Deadline(file, options));
+  if (!opened.ok()) {
+    result.status = grpc::Status(static_cast<grpc::StatusCode>(opened.status().code()),
+                                 std::string(opened.status().message()));
+    result.wall_ms = MsBetween(start, SteadyClock::now());
+    if (stats) stats->AddCall(result.audio_s, CodeName(result.status.error_code()));
+    return result;
+  }
+  std::unique_ptr<RecognizeStream> stream = *std::move(opened);
 
   std::thread writer([&] {
     asr::StreamingRecognizeRequest request;
@@ -304,6 +308,41 @@ CallResult RunStreaming(asr::Asr::Stub* stub, const AudioFile& file, const CallO
   result.wall_ms = MsBetween(start, SteadyClock::now());
   if (stats) stats->AddCall(result.audio_s, CodeName(result.status.error_code()));
   return result;
+}
+
+namespace {
+
+// StreamingRecognize over a gRPC stub.
+class GrpcRecognizeStream final : public RecognizeStream {
+ public:
+  GrpcRecognizeStream(asr::Asr::Stub* stub, std::chrono::system_clock::time_point deadline) {
+    context_.set_deadline(deadline);
+    stream_ = stub->StreamingRecognize(&context_);
+  }
+  bool Write(const asr::StreamingRecognizeRequest& request) override {
+    return stream_->Write(request);
+  }
+  bool WritesDone() override { return stream_->WritesDone(); }
+  bool Read(asr::StreamingRecognizeResponse* response) override { return stream_->Read(response); }
+  grpc::Status Finish() override { return stream_->Finish(); }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<
+      grpc::ClientReaderWriter<asr::StreamingRecognizeRequest, asr::StreamingRecognizeResponse>>
+      stream_;
+};
+
+}  // namespace
+
+CallResult RunStreaming(asr::Asr::Stub* stub, const AudioFile& file, const CallOptions& options,
+                        LoadStats* stats) {
+  return RunStreamingOn(
+      [stub](std::chrono::system_clock::time_point deadline)
+          -> absl::StatusOr<std::unique_ptr<RecognizeStream>> {
+        return std::make_unique<GrpcRecognizeStream>(stub, deadline);
+      },
+      file, options, stats);
 }
 
 CallResult RunOffline(asr::Asr::Stub* stub, const AudioFile& file, const CallOptions& options,

@@ -7,6 +7,8 @@
 #ifndef JASPER_CLIENT_CALLS_H_
 #define JASPER_CLIENT_CALLS_H_
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -69,6 +71,29 @@ struct CallResult {
   double wall_ms = 0.0;
 };
 
+// The two directions of one StreamingRecognize call, over gRPC or the server's WebSocket front.
+// Thread-safety: Write and WritesDone from one thread, Read from one other; Finish once, after
+// Read returned false and the writing thread is done.
+class RecognizeStream {
+ public:
+  virtual ~RecognizeStream() = default;
+  // False once the call has ended (Finish says why).
+  virtual bool Write(const jasper::asr::v1::StreamingRecognizeRequest& request) = 0;
+  virtual bool WritesDone() = 0;  // half-close: no more requests
+  virtual bool Read(jasper::asr::v1::StreamingRecognizeResponse* response) = 0;
+  virtual grpc::Status Finish() = 0;
+};
+
+// Opens a stream that ends with DEADLINE_EXCEEDED at `deadline`; errors: the call's status.
+using StreamOpener = std::function<absl::StatusOr<std::unique_ptr<RecognizeStream>>(
+    std::chrono::system_clock::time_point deadline)>;
+
+// A streaming call on the stream `open` gives: the config, the audio in chunks (paced when
+// options.simulate_realtime), force_final controls, half-close; results and latencies read back.
+CallResult RunStreamingOn(const StreamOpener& open, const AudioFile& file,
+                          const CallOptions& options, LoadStats* stats);
+
+// RunStreamingOn over gRPC's Asr/StreamingRecognize.
 CallResult RunStreaming(jasper::asr::v1::Asr::Stub* stub, const AudioFile& file,
                         const CallOptions& options, LoadStats* stats);
 

@@ -28,10 +28,15 @@
 #include "client/calls.h"
 #include "client/health.h"
 #include "client/latency_stats.h"
+#include "client/ws_stream.h"
 #include "grpcpp/grpcpp.h"
 #include "jasper/asr/v1/asr.grpc.pb.h"
 
-ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Server address host:port.");
+ABSL_FLAG(std::string, server, "127.0.0.1:50051",
+          "Server address host:port (--transport=websocket: the server's --http_listen).");
+ABSL_FLAG(std::string, transport, "grpc",
+          "grpc (jasper.asr.v1 over gRPC) or websocket (streaming over the HTTP front's "
+          "/v1/stream; wss:// with the --tls* flags).");
 ABSL_FLAG(std::string, audio, "",
           "Comma-separated audio files (WAV, FLAC, Ogg Opus/Vorbis, MP3; raw PCM with "
           "--sample_rate) or folders (their *.wav, *.flac, *.ogg, *.opus and *.mp3, sorted); "
@@ -221,10 +226,27 @@ int main(int argc, char** argv) {
 
   const std::string mode = absl::GetFlag(FLAGS_mode);
   const std::string output = absl::GetFlag(FLAGS_output);
+  const std::string transport = absl::GetFlag(FLAGS_transport);
   if (mode != "offline" && mode != "streaming") {
     std::cerr << "--mode must be offline or streaming\n";
     return 2;
   }
+  if (transport != "grpc" && transport != "websocket") {
+    std::cerr << "--transport must be grpc or websocket\n";
+    return 2;
+  }
+  if (transport == "websocket" && mode != "streaming") {
+    std::cerr << "--transport=websocket runs streaming calls (--mode=streaming); offline calls "
+                 "over HTTP are the OpenAI endpoint (docs/HTTP.md)\n";
+    return 2;
+  }
+  jasper::client::WebSocketTarget ws_target;
+  ws_target.address = absl::GetFlag(FLAGS_server);
+  ws_target.security = security;
+  const jasper::client::StreamOpener ws_open =
+      [&ws_target](std::chrono::system_clock::time_point deadline) {
+        return jasper::client::OpenWebSocketStream(ws_target, deadline);
+      };
   if (output != "text" && output != "json") {
     std::cerr << "--output must be text or json\n";
     return 2;
@@ -274,6 +296,8 @@ int main(int argc, char** argv) {
         const int iteration = task / static_cast<int>(files.size());
         CallResult r = mode == "offline"
                            ? jasper::client::RunOffline(stub.get(), file, options, &stats)
+                       : transport == "websocket"
+                           ? jasper::client::RunStreamingOn(ws_open, file, options, &stats)
                            : jasper::client::RunStreaming(stub.get(), file, options, &stats);
         absl::MutexLock lock(&print_mu);
         if (output == "json") {

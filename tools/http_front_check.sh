@@ -37,15 +37,12 @@ source "$root/tools/lib/server.sh"  # start_server / stop_server
 work="$(mktemp -d)"
 trap 'stop_server; rm -rf "$work"' EXIT
 
-# The HTTP front logs its port ("(http port N)") before the gRPC port that start_server waits for.
-http_port_of() { sed -n 's/.*(http port \([0-9][0-9]*\)).*/\1/p' "$1" | head -n1; }
-
 key="test-key-$$-$RANDOM"
 echo "$key" >"$work/keys"
 start_server "$build/server/jasper-server" "$work/server.log" --model_dir="$model" \
   --http_listen=127.0.0.1:0 --api_keys_file="$work/keys"
 port=$SERVER_PORT
-http_port="$(http_port_of "$work/server.log")"
+http_port=$SERVER_HTTP_PORT
 echo "jasper-server: gRPC 127.0.0.1:$port, HTTP 127.0.0.1:$http_port"
 name="$(sed -n 's/.*"name": *"\([^"]*\)".*/\1/p' "$model/model.json" | head -n1)"
 
@@ -85,7 +82,7 @@ else
   stop_server
   start_server "$build/server/jasper-server" "$work/open.log" --model_dir="$model" \
     --http_listen=127.0.0.1:0
-  open_port="$(http_port_of "$work/open.log")"
+  open_port=$SERVER_HTTP_PORT
   "$venv/bin/python" "$root/tests/browser_test.py" --chromium "$chromium" \
     --url "http://127.0.0.1:$open_port/" --wav "$wav" --expect "$want" \
     ${SCREENSHOT:+--screenshot "$SCREENSHOT"} || status=$?
