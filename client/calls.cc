@@ -79,6 +79,7 @@ void FillConfig(const AudioFile& file, const CallOptions& options, asr::Recognit
   config->set_model(options.model);
   config->set_decoder(options.decoder);
   config->set_max_alternatives(options.max_alternatives);
+  config->set_enable_separate_recognition_per_channel(options.separate_channels);
 }
 
 // A final result's alternatives after the first, into result->alternatives.
@@ -103,6 +104,15 @@ void AppendTranscript(const std::string& text, std::string* out) {
   const size_t e = text.find_last_not_of(' ');
   if (!out->empty()) out->push_back(' ');
   out->append(text, b, e - b + 1);
+}
+
+// A final result's transcript; with per-channel recognition behind "[channel N]".
+template <typename Result>
+void AppendFinal(const Result& r, const CallOptions& options, std::string* out) {
+  if (!options.separate_channels) return AppendTranscript(r.alternatives(0).transcript(), out);
+  std::string text;
+  AppendTranscript(r.alternatives(0).transcript(), &text);
+  if (!text.empty()) AppendTranscript(absl::StrCat("[channel ", r.channel_tag(), "] ", text), out);
 }
 
 // What the writer and the reader of one streaming call share.
@@ -265,7 +275,7 @@ CallResult RunStreamingOn(const StreamOpener& open, const AudioFile& file,
       }
       ++result.final_results;
       if (r.alternatives_size() > 0) {
-        AppendTranscript(r.alternatives(0).transcript(), &result.transcript);
+        AppendFinal(r, options, &result.transcript);
         AddAlternatives(r, &result);
         if (options.word_time_offsets) {
           for (const auto& w : r.alternatives(0).words()) result.words.push_back(w);
@@ -363,7 +373,7 @@ CallResult RunOffline(asr::Asr::Stub* stub, const AudioFile& file, const CallOpt
   for (const auto& r : response.results()) {
     ++result.final_results;
     if (r.alternatives_size() == 0) continue;
-    AppendTranscript(r.alternatives(0).transcript(), &result.transcript);
+    AppendFinal(r, options, &result.transcript);
     AddAlternatives(r, &result);
     for (const auto& w : r.alternatives(0).words()) result.words.push_back(w);
   }

@@ -48,8 +48,11 @@ struct CallOptions {
   int force_final_every_ms = 0;  // 0: never
   std::string decoder;           // RecognitionConfig.decoder: "", "greedy" or "beam"
   int max_alternatives = 0;      // RecognitionConfig.max_alternatives (0-10)
-  int timeout_ms = 0;            // 0: 60 s + 2 x audio duration
-  bool verbose = false;          // print every response to stderr
+  // RecognitionConfig.enable_separate_recognition_per_channel: each channel of a multi-channel
+  // file recognized on its own; the transcript marks each final "[channel N] ...".
+  bool separate_channels = false;
+  int timeout_ms = 0;    // 0: 60 s + 2 x audio duration
+  bool verbose = false;  // print every response to stderr
 };
 
 // An alternative hypothesis of a final result (max_alternatives > 1).
@@ -62,7 +65,7 @@ struct Alternative {
 
 struct CallResult {
   grpc::Status status;
-  std::string transcript;  // final results joined with spaces
+  std::string transcript;  // final results joined with spaces (see separate_channels)
   std::vector<jasper::asr::v1::WordInfo> words;
   std::vector<Alternative> alternatives;  // the final results' 2nd and later alternatives
   int interim_results = 0;

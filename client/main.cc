@@ -56,6 +56,10 @@ ABSL_FLAG(std::string, decoder, "", "greedy or beam (empty: the server's --decod
 ABSL_FLAG(int, max_alternatives, 0,
           "Alternatives per final result, 0-10 (above 1: beam search); text output prints the "
           "others indented under the transcript.");
+ABSL_FLAG(bool, separate_channels, false,
+          "Recognize each channel of a multi-channel file on its own "
+          "(enable_separate_recognition_per_channel); each final is printed as '[channel N] "
+          "text'. Without it the server averages the channels into one.");
 ABSL_FLAG(std::string, language_code, "en-US", "BCP-47 language code.");
 ABSL_FLAG(int, sample_rate, 0, "Rate of raw (headerless 16-bit mono PCM) files; 0: WAV only.");
 ABSL_FLAG(int, timeout_ms, 0, "Per-call deadline, ms (0: 60 s + 2 x the audio duration).");
@@ -276,6 +280,7 @@ int main(int argc, char** argv) {
   options.word_time_offsets = absl::GetFlag(FLAGS_word_time_offsets);
   options.decoder = absl::GetFlag(FLAGS_decoder);
   options.max_alternatives = absl::GetFlag(FLAGS_max_alternatives);
+  options.separate_channels = absl::GetFlag(FLAGS_separate_channels);
   options.speech_events = absl::GetFlag(FLAGS_speech_events);
   options.force_final_every_ms = absl::GetFlag(FLAGS_force_final_every_ms);
   options.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);

@@ -59,8 +59,8 @@ class CallLink {
 // OnSessionResult / OnSpaceAvailable / OnSessionDone through `link`, so a callback that comes
 // after the call was deleted does nothing. T declares this function a friend.
 template <typename T>
-StreamSession::Callbacks SessionCallbacks(std::shared_ptr<CallLink<T>> link) {
-  StreamSession::Callbacks callbacks;
+RecognitionSession::Callbacks SessionCallbacks(std::shared_ptr<CallLink<T>> link) {
+  RecognitionSession::Callbacks callbacks;
   callbacks.on_result = [link](const SessionResult& r) {
     link->With([&r](T* call) { call->OnSessionResult(r); });
   };
@@ -91,7 +91,7 @@ class CallCoreBase {
 
   absl::Mutex mu_;
   std::unique_ptr<CallTicket> ticket_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<StreamSession> session_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<RecognitionSession> session_ ABSL_GUARDED_BY(mu_);
   CallConfig config_ ABSL_GUARDED_BY(mu_);
 };
 

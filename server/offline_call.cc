@@ -39,7 +39,7 @@ void OfflineCallCore::Start() {
     FinishLocked(absl::InvalidArgumentError("the request has no audio"));
     return;
   }
-  absl::StatusOr<std::unique_ptr<StreamSession>> session =
+  absl::StatusOr<std::unique_ptr<RecognitionSession>> session =
       engine_->CreateSession(config_, /*streaming=*/false, SessionCallbacks(link_));
   if (!session.ok()) {
     FinishLocked(session.status());
@@ -75,13 +75,26 @@ void OfflineCallCore::OnSessionResult(const SessionResult& result) {
   absl::MutexLock lock(&mu_);
   if (finished_ || !result.is_final) return;
   audio_processed_s_ = std::max(audio_processed_s_, result.audio_processed_s);
-  if (!result.transcript.empty()) AddResult(result, config_);
+  if (result.transcript.empty()) return;
+  if (config_.separate_channels) {
+    channel_finals_.push_back(result);  // the channels' results interleave: ordered at the end
+  } else {
+    AddResult(result, config_);
+  }
 }
 
 void OfflineCallCore::OnSessionDone(absl::Status status) {
   absl::MutexLock lock(&mu_);
   if (error_.has_value()) status = *error_;
   if (status.ok()) {
+    // Per-channel results in the order they were spoken (ties: by channel), each channel's
+    // own in utterance order.
+    std::stable_sort(channel_finals_.begin(), channel_finals_.end(),
+                     [](const SessionResult& a, const SessionResult& b) {
+                       return a.audio_start_s != b.audio_start_s ? a.audio_start_s < b.audio_start_s
+                                                                 : a.channel < b.channel;
+                     });
+    for (const SessionResult& r : channel_finals_) AddResult(r, config_);
     Complete(config_, audio_processed_s_, absl::ToDoubleMilliseconds(absl::Now() - started_));
   }
   FinishLocked(std::move(status));
@@ -110,7 +123,7 @@ void OfflineCallCore::HandleCancel() {
 
 void OfflineCallCore::HandleDone() {
   link_->Detach();
-  std::unique_ptr<StreamSession> session;
+  std::unique_ptr<RecognitionSession> session;
   std::unique_ptr<CallTicket> ticket;
   {
     absl::MutexLock lock(&mu_);

@@ -24,6 +24,7 @@
 
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -57,7 +58,7 @@ class OfflineCallCore : protected CallCoreBase<OfflineCallCore> {
   virtual void DoFinish(grpc::Status status) = 0;
 
  private:
-  friend StreamSession::Callbacks SessionCallbacks<>(std::shared_ptr<Link> link);
+  friend RecognitionSession::Callbacks SessionCallbacks<>(std::shared_ptr<Link> link);
 
   void OnSessionResult(const SessionResult& result) ABSL_LOCKS_EXCLUDED(mu_);
   void OnSpaceAvailable() ABSL_LOCKS_EXCLUDED(mu_);
@@ -71,6 +72,8 @@ class OfflineCallCore : protected CallCoreBase<OfflineCallCore> {
   size_t pushed_ ABSL_GUARDED_BY(mu_) = 0;
   bool input_done_ ABSL_GUARDED_BY(mu_) = false;
   double audio_processed_s_ ABSL_GUARDED_BY(mu_) = 0;
+  // Per-channel recognition: the final results, added to the response in time order at the end.
+  std::vector<SessionResult> channel_finals_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> error_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };

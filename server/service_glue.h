@@ -56,16 +56,7 @@ template <typename T>
 struct HasDecoderField<T, std::void_t<decltype(std::declval<const T&>().decoder())>>
     : std::true_type {};
 
-// Whether the API's RecognitionConfig has Riva's `enable_separate_recognition_per_channel`.
-template <typename T, typename = void>
-struct HasSeparateChannelsField : std::false_type {};
-template <typename T>
-struct HasSeparateChannelsField<
-    T, std::void_t<decltype(std::declval<const T&>().enable_separate_recognition_per_channel())>>
-    : std::true_type {};
-
-// CallConfig from either API's RecognitionConfig. INVALID_ARGUMENT as SetAudioFormat;
-// UNIMPLEMENTED for per-channel recognition of several channels.
+// CallConfig from either API's RecognitionConfig. INVALID_ARGUMENT as SetAudioFormat.
 template <typename RecognitionConfig>
 absl::StatusOr<CallConfig> ConfigFromProto(const RecognitionConfig& c) {
   CallConfig config;
@@ -88,13 +79,9 @@ absl::StatusOr<CallConfig> ConfigFromProto(const RecognitionConfig& c) {
     }
   }
   if constexpr (HasDecoderField<RecognitionConfig>::value) config.decoder = c.decoder();
-  if constexpr (HasSeparateChannelsField<RecognitionConfig>::value) {
-    if (c.enable_separate_recognition_per_channel() && c.audio_channel_count() > 1) {
-      return absl::UnimplementedError(
-          "enable_separate_recognition_per_channel is not supported; without it the channels "
-          "are averaged into one");
-    }
-  }
+  // Per-channel recognition: one session per channel, results tagged (ChannelSessions).
+  config.separate_channels =
+      c.enable_separate_recognition_per_channel() && c.audio_channel_count() > 1;
   if (c.max_alternatives() < 0 || c.max_alternatives() > DecoderConfig::kMaxAlternatives) {
     return absl::InvalidArgumentError(absl::StrCat("max_alternatives must be in [0, ",
                                                    DecoderConfig::kMaxAlternatives, "], got ",
@@ -181,7 +168,7 @@ struct StreamAdapter {
     FillAlternatives(r, config, result);
     result->set_is_final(r.is_final);
     if (!r.is_final) result->set_stability(r.stability);
-    result->set_channel_tag(1);
+    result->set_channel_tag(r.channel + 1);
     result->set_audio_processed(static_cast<float>(r.audio_processed_s));
     Api::AddResultDetails(r, result);
     Api::SetRequestId(config, response.get());
@@ -211,7 +198,7 @@ struct OfflineAdapter {
   static void AddResult(const SessionResult& r, const CallConfig& config, Response* response) {
     auto* result = response->add_results();
     FillAlternatives(r, config, result);
-    result->set_channel_tag(1);
+    result->set_channel_tag(r.channel + 1);
     result->set_audio_processed(static_cast<float>(r.audio_processed_s));
     Api::AddResultDetails(r, result);
   }

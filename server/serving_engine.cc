@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "engine/runtime/backend.h"
 #include "engine/status_macros.h"
+#include "engine/streaming/channel_sessions.h"
 #include "kernels/cpu_features.h"
 #include "spdlog/spdlog.h"
 
@@ -417,13 +418,23 @@ absl::StatusOr<StreamingOptions> ServingEngine::SessionOptions(const CallConfig&
   return options;
 }
 
-absl::StatusOr<std::unique_ptr<StreamSession>> ServingEngine::CreateSession(
-    const CallConfig& config, bool streaming, StreamSession::Callbacks callbacks) const {
-  return CreateSessionImpl(config, streaming, std::move(callbacks), /*observe=*/true);
+absl::StatusOr<std::unique_ptr<RecognitionSession>> ServingEngine::CreateSession(
+    const CallConfig& config, bool streaming, RecognitionSession::Callbacks callbacks) const {
+  if (!config.separate_channels || config.format.channels < 2) {
+    return CreateSessionImpl(config, streaming, std::move(callbacks), /*observe=*/true);
+  }
+  return ChannelSessions::Create(
+      config.format.channels,
+      [this, &config, streaming](int channel, RecognitionSession::Callbacks inner) {
+        CallConfig one = config;
+        one.format.channel = channel;
+        return CreateSessionImpl(one, streaming, std::move(inner), /*observe=*/true);
+      },
+      std::move(callbacks));
 }
 
 absl::StatusOr<std::unique_ptr<StreamSession>> ServingEngine::CreateSessionImpl(
-    const CallConfig& config, bool streaming, StreamSession::Callbacks callbacks,
+    const CallConfig& config, bool streaming, RecognitionSession::Callbacks callbacks,
     bool observe) const {
   absl::StatusOr<const ServedModel*> served = FindModel(config.model);
   if (!served.ok()) return served.status();

@@ -52,6 +52,10 @@ struct CallConfig {
   std::string model;          // empty: the default model
   std::string language_code;  // empty: the model's
   AudioFormat format;         // rate 0 allowed for LINEAR_PCM with a WAV header
+  // Per-channel recognition (enable_separate_recognition_per_channel with
+  // audio_channel_count > 1): format.channels sessions, one per channel (ChannelSessions);
+  // results carry their channel. Else the channels are averaged into one.
+  bool separate_channels = false;
   bool interim_results = false;
   bool word_time_offsets = false;
   bool speech_events = false;
@@ -121,9 +125,9 @@ class ServingEngine {
 
   // Checks the model and language a call asks for (NOT_FOUND naming what is served), builds
   // its session options on that model (`streaming` false: offline, no interim results) and
-  // creates the session.
-  absl::StatusOr<std::unique_ptr<StreamSession>> CreateSession(
-      const CallConfig& config, bool streaming, StreamSession::Callbacks callbacks) const;
+  // creates the session: a StreamSession, or ChannelSessions for config.separate_channels.
+  absl::StatusOr<std::unique_ptr<RecognitionSession>> CreateSession(
+      const CallConfig& config, bool streaming, RecognitionSession::Callbacks callbacks) const;
 
   // The model a request names (empty: the default); NOT_FOUND naming the served ones.
   absl::StatusOr<const ServedModel*> FindModel(const std::string& name) const;
@@ -158,7 +162,7 @@ class ServingEngine {
                                                   const ServedModel& served, bool streaming) const;
   // CreateSession; `observe` false keeps the session out of the metrics (warm-up).
   absl::StatusOr<std::unique_ptr<StreamSession>> CreateSessionImpl(
-      const CallConfig& config, bool streaming, StreamSession::Callbacks callbacks,
+      const CallConfig& config, bool streaming, RecognitionSession::Callbacks callbacks,
       bool observe) const;
 
   ServerOptions options_;

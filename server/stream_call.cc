@@ -1,5 +1,6 @@
 #include "server/stream_call.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -116,7 +117,7 @@ void StreamCallCore::HandleFirstMessageLocked() {
     return;
   }
   config_ = *std::move(config);
-  absl::StatusOr<std::unique_ptr<StreamSession>> session =
+  absl::StatusOr<std::unique_ptr<RecognitionSession>> session =
       engine_->CreateSession(config_, /*streaming=*/true, SessionCallbacks(link_));
   if (!session.ok()) {
     FailLocked(session.status());
@@ -129,6 +130,9 @@ void StreamCallCore::HandleFirstMessageLocked() {
 void StreamCallCore::OnSpaceAvailable() {
   absl::MutexLock lock(&mu_);
   if (!waiting_for_space_ || reads_closed_ || finished_) return;
+  // Per-channel sessions say this per channel: read on only when all of them have room (a
+  // channel still full says it again).
+  if (!session_->CanAcceptAudio()) return;
   waiting_for_space_ = false;
   PostReadLocked();
 }
@@ -136,32 +140,32 @@ void StreamCallCore::OnSpaceAvailable() {
 void StreamCallCore::OnSessionResult(const SessionResult& result) {
   absl::MutexLock lock(&mu_);
   if (finished_ || error_.has_value()) return;
-  if (config_.speech_events && !result.transcript.empty() &&
-      result.utterance_index > speech_begun_utterance_) {
-    speech_begun_utterance_ = result.utterance_index;
+  const int channel = std::clamp(result.channel, 0, kMaxInputChannels - 1);
+  int& begun = speech_begun_[channel];
+  if (config_.speech_events && !result.transcript.empty() && result.utterance_index >= begun) {
+    begun = result.utterance_index + 1;
     if (auto event = MakeSpeechEvent(SpeechEventKind::kBegin, result.audio_start_s,
                                      result.utterance_index, config_)) {
-      EnqueueLocked(std::move(event), /*interim=*/false);
+      EnqueueLocked(std::move(event), /*interim=*/false, channel);
     }
   }
-  EnqueueLocked(MakeResult(result, config_), /*interim=*/!result.is_final);
-  if (config_.speech_events && result.is_final &&
-      speech_begun_utterance_ == result.utterance_index) {
+  EnqueueLocked(MakeResult(result, config_), /*interim=*/!result.is_final, channel);
+  if (config_.speech_events && result.is_final && begun == result.utterance_index + 1) {
     if (auto event = MakeSpeechEvent(SpeechEventKind::kEnd, result.audio_processed_s,
                                      result.utterance_index, config_)) {
-      EnqueueLocked(std::move(event), /*interim=*/false);
+      EnqueueLocked(std::move(event), /*interim=*/false, channel);
     }
   }
   WriteNextLocked();
 }
 
-void StreamCallCore::EnqueueLocked(std::unique_ptr<google::protobuf::Message> message,
-                                   bool interim) {
-  if (interim && !queue_.empty() && queue_.back().interim) {
+void StreamCallCore::EnqueueLocked(std::unique_ptr<google::protobuf::Message> message, bool interim,
+                                   int channel) {
+  if (interim && !queue_.empty() && queue_.back().interim && queue_.back().channel == channel) {
     queue_.back().message = std::move(message);  // only the newest hypothesis matters
     return;
   }
-  queue_.push_back({std::move(message), interim});
+  queue_.push_back({std::move(message), interim, channel});
 }
 
 void StreamCallCore::WriteNextLocked() {
@@ -289,7 +293,7 @@ void StreamCallCore::OnDurationTimer() {
 
 void StreamCallCore::HandleDone() {
   link_->Detach();  // waits for a callback in progress; none can start after this
-  std::unique_ptr<StreamSession> session;
+  std::unique_ptr<RecognitionSession> session;
   std::unique_ptr<CallTicket> ticket;
   {
     absl::MutexLock lock(&mu_);

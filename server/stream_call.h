@@ -34,6 +34,7 @@
 #ifndef JASPER_SERVER_STREAM_CALL_H_
 #define JASPER_SERVER_STREAM_CALL_H_
 
+#include <array>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -90,10 +91,11 @@ class StreamCallCore : protected CallCoreBase<StreamCallCore> {
       const CallConfig& config) const = 0;
 
  private:
-  friend StreamSession::Callbacks SessionCallbacks<>(std::shared_ptr<Link> link);
+  friend RecognitionSession::Callbacks SessionCallbacks<>(std::shared_ptr<Link> link);
   struct Outgoing {
     std::unique_ptr<google::protobuf::Message> message;
     bool interim = false;
+    int channel = 0;  // of the result (per-channel recognition)
   };
 
   // Engine-side events (through the link).
@@ -107,7 +109,8 @@ class StreamCallCore : protected CallCoreBase<StreamCallCore> {
   void HandleFirstMessageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PostReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleIdleTimerLocked(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EnqueueLocked(std::unique_ptr<google::protobuf::Message> message, bool interim)
+  // Queues a message; an interim result replaces the interim of the same channel queued last.
+  void EnqueueLocked(std::unique_ptr<google::protobuf::Message> message, bool interim, int channel)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the call with `status`: stops reading, drops queued results, cancels the session.
@@ -124,7 +127,8 @@ class StreamCallCore : protected CallCoreBase<StreamCallCore> {
   std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<google::protobuf::Message> in_flight_ ABSL_GUARDED_BY(mu_);
   bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
-  int speech_begun_utterance_ ABSL_GUARDED_BY(mu_) = -1;
+  // Per channel: 1 + the last utterance whose begin event was sent (0: none yet).
+  std::array<int, kMaxInputChannels> speech_begun_ ABSL_GUARDED_BY(mu_) = {};
   // Set by FailLocked: the call's status; results are no longer sent.
   std::optional<absl::Status> error_ ABSL_GUARDED_BY(mu_);
   // Set by draining: replaces an OK end of the session (finals are still sent).

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/audio/wav.h"
 #include "gtest/gtest.h"
 
@@ -237,6 +238,56 @@ TEST(AudioInputTest, ChannelsAreAveragedIntoOne) {
     for (size_t i = 0; i < from_stereo.size(); ++i) {
       ASSERT_NEAR(from_stereo[i], from_mono[i], 1e-4) << channels << " channels, sample " << i;
     }
+  }
+}
+
+// Per-channel recognition: format.channel keeps one channel alone, exactly, raw and WAV, in
+// pieces that split sample frames; a channel the audio lacks is INVALID_ARGUMENT once the WAV
+// header says so, and a channel outside [-1, 8) at once.
+TEST(AudioInputTest, OneChannelIsKeptAlone) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> value(-32768, 32767);
+  for (int channels : {2, 3, 8}) {
+    const int frames = 1601;
+    std::vector<int16_t> interleaved(static_cast<size_t>(frames) * channels);
+    for (int16_t& v : interleaved) v = static_cast<int16_t>(value(rng));
+    std::vector<uint8_t> bytes;
+    for (int16_t v : interleaved) {
+      bytes.push_back(static_cast<uint8_t>(v & 0xFF));
+      bytes.push_back(static_cast<uint8_t>((v >> 8) & 0xFF));
+    }
+    for (int c = 0; c < channels; ++c) {
+      std::vector<float> want(frames);
+      for (int f = 0; f < frames; ++f) want[f] = interleaved[f * channels + c] / 32768.0f;
+      AudioFormat format{AudioEncoding::kLinearPcm16, 16000, channels};
+      format.channel = c;
+      auto raw = AudioInput::Create(format, 16000);
+      ASSERT_TRUE(raw.ok()) << raw.status();
+      EXPECT_EQ(Stream(raw->get(), bytes, {7, 1, 333}), want) << channels << " " << c;
+      format.sample_rate_hz = 0;
+      format.channels = 1;  // the header says how many
+      auto wav = AudioInput::Create(format, 16000);
+      ASSERT_TRUE(wav.ok()) << wav.status();
+      EXPECT_EQ(Stream(wav->get(), MakeWav(1, channels, 16000, 16, bytes), {5, 64}), want);
+    }
+    // A channel beyond the WAV's.
+    AudioFormat beyond{AudioEncoding::kLinearPcm16, 0, 8};
+    beyond.channel = channels;
+    if (channels < 8) {
+      auto in = AudioInput::Create(beyond, 16000);
+      ASSERT_TRUE(in.ok()) << in.status();
+      std::vector<float> out;
+      const absl::Status s = (*in)->Push(MakeWav(1, channels, 16000, 16, bytes), &out);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_NE(s.message().find(absl::StrCat("has ", channels)), std::string::npos) << s;
+      EXPECT_TRUE(out.empty());
+    }
+  }
+  for (int bad : {-2, 8}) {
+    AudioFormat format{AudioEncoding::kLinearPcm16, 16000, 2};
+    format.channel = bad;
+    EXPECT_EQ(AudioInput::Create(format, 16000).status().code(),
+              absl::StatusCode::kInvalidArgument);
   }
 }
 

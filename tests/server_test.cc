@@ -445,8 +445,8 @@ TEST_F(ServerTest, SecondConfigIsInvalidArgument) {
 }
 
 // Stereo is averaged into one channel: a stereo WAV (both channels the same) and raw stereo
-// with audio_channel_count 2 give the mono file's transcript. More than 8 channels, and
-// Riva's per-channel recognition of several channels, are refused at once.
+// with audio_channel_count 2 give the mono file's transcript. More than 8 channels are refused
+// at once. (Per-channel recognition: server_channels_test.)
 TEST_F(ServerTest, StereoIsDownmixedAndTooManyChannelsAreRefused) {
   const std::string mono = TestWav();
   const std::string stereo = SyntheticWav(2.0, 16000, /*channels=*/2);
@@ -482,17 +482,6 @@ TEST_F(ServerTest, StereoIsDownmixedAndTooManyChannelsAreRefused) {
   recognize(std::string(3600, '\0'), 9, 16000, &status);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("audio_channel_count must be in [0, 8]"));
-  // Riva's per-channel recognition of two channels: not supported, said so.
-  rasr::RecognizeRequest riva_request;
-  riva_request.mutable_config()->set_audio_channel_count(2);
-  riva_request.mutable_config()->set_enable_separate_recognition_per_channel(true);
-  riva_request.set_audio(stereo);
-  rasr::RecognizeResponse riva_response;
-  grpc::ClientContext riva_context;
-  riva_context.set_deadline(DeadlineIn());
-  status = server_->riva()->Recognize(&riva_context, riva_request, &riva_response);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_THAT(status.error_message(), HasSubstr("averaged"));
 }
 
 TEST_F(ServerTest, RawAudioWithoutRateIsInvalidArgument) {

@@ -34,11 +34,17 @@ absl::Status CheckRate(int rate, const char* what) {
   return absl::OkStatus();
 }
 
-// Interleaved [frames, channels] -> [frames], the mean of the channels per frame (in place).
-void DownmixInPlace(int channels, std::vector<float>* samples) {
+// Interleaved [frames, channels] -> [frames], in place: the mean of the channels per frame, or
+// channel `keep` alone (keep >= 0).
+void DownmixInPlace(int channels, int keep, std::vector<float>* samples) {
   if (channels <= 1) return;
   const size_t frames = samples->size() / static_cast<size_t>(channels);
   float* x = samples->data();
+  if (keep >= 0) {
+    for (size_t f = 0; f < frames; ++f) x[f] = x[f * channels + keep];
+    samples->resize(frames);
+    return;
+  }
   for (size_t f = 0; f < frames; ++f) {
     float sum = 0.0f;
     for (int c = 0; c < channels; ++c) sum += x[f * channels + c];
@@ -71,6 +77,10 @@ absl::Status AudioFormat::Validate() const {
   if (channels < 1 || channels > kMaxInputChannels) {
     return absl::InvalidArgumentError(absl::StrCat("audio_channel_count must be in [1, ",
                                                    kMaxInputChannels, "], got ", channels));
+  }
+  if (channel < kAllChannels || channel >= kMaxInputChannels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("channel must be in [-1, ", kMaxInputChannels, "), got ", channel));
   }
   switch (encoding) {
     case AudioEncoding::kLinearPcm16:
@@ -117,6 +127,7 @@ absl::Status AudioInput::StartData() {
                                                         " channels; at most ", kMaxInputChannels,
                                                         " are supported")));
   }
+  if (absl::Status s = CheckChannel(format_.channels); !s.ok()) return Fail(s);
   if (format_.sample_rate_hz == 0) {
     return Fail(absl::InvalidArgumentError("sample_rate_hertz is required for raw audio"));
   }
@@ -246,7 +257,7 @@ absl::Status AudioInput::DecodeData(absl::Span<const uint8_t> bytes,
         return Fail(absl::InternalError("compressed audio in the PCM decoder"));
     }
   }
-  DownmixInPlace(format_.channels, &scratch_);
+  DownmixInPlace(format_.channels, format_.channel, &scratch_);
   input_samples_ += static_cast<int64_t>(scratch_.size());
   if (resampler_ == nullptr) {
     samples_out->insert(samples_out->end(), scratch_.begin(), scratch_.end());
@@ -418,9 +429,17 @@ absl::Status AudioInput::StartCompressedFormat(int rate, int channels) {
                                                    kMaxInputChannels, " are supported"));
   }
   JASPER_RETURN_IF_ERROR(CheckRate(rate, absl::StrCat(name, " sample rate").c_str()));
+  JASPER_RETURN_IF_ERROR(CheckChannel(channels));
   format_.sample_rate_hz = rate;
   format_.channels = channels;
   return StartResampler();
+}
+
+absl::Status AudioInput::CheckChannel(int channels) const {
+  if (format_.channel < channels) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("per-channel recognition asked for channel ", format_.channel + 1,
+                   " (audio_channel_count), but the audio has ", channels));
 }
 
 absl::Status AudioInput::StartResampler() {
@@ -437,7 +456,7 @@ absl::Status AudioInput::DecodeCompressed(std::vector<float>* samples_out) {
     // The stream's first frame: its header's format (the rate is 0 until then).
     if (format_.sample_rate_hz == 0) JASPER_RETURN_IF_ERROR(StartCompressedFormat(rate, channels));
     scratch_.assign(x, x + frames * channels);
-    DownmixInPlace(channels, &scratch_);
+    DownmixInPlace(channels, format_.channel, &scratch_);
     input_samples_ += frames;
     const size_t before = samples_out->size();
     if (resampler_ == nullptr) {

@@ -6,7 +6,7 @@
 // the encoding or, for a LINEAR_PCM stream, by the container's magic at its start ("fLaC",
 // "OggS", "ID3"), with the rate and channels from the stream's own header;
 // carries a partial sample frame over to the next Push(); averages interleaved channels into
-// one (up to 8: a downmix, before anything else); resamples to the model
+// one (up to 8: a downmix, before anything else), or keeps one of them; resamples to the model
 // rate with a streaming resampler (engine/audio/resample.h, libsoxr), so the output of a stream cut
 // into pieces of any size equals that of the whole stream.
 //
@@ -45,9 +45,14 @@ struct AudioFormat {
   int sample_rate_hz = 0;
   // Interleaved channels, averaged into one (a downmix) before resampling. [1, 8]
   int channels = 1;
+  // kAllChannels (-1): the downmix above. c in [0, 8): only channel c (0-based) is kept, for
+  // per-channel recognition; a stream with no channel c (its WAV header or codec says fewer)
+  // is INVALID_ARGUMENT.
+  int channel = -1;
+  static constexpr int kAllChannels = -1;
 
-  // INVALID_ARGUMENT naming the field: channels outside [1, 8], rate outside [8000, 48000] (0
-  // allowed, see above), mu-law/A-law without a rate.
+  // INVALID_ARGUMENT naming the field: channels outside [1, 8], channel outside [-1, 8), rate
+  // outside [8000, 48000] (0 allowed, see above), mu-law/A-law without a rate.
   absl::Status Validate() const;
 };
 
@@ -112,6 +117,8 @@ class AudioInput {
   absl::Status DecodeCompressed(std::vector<float>* samples_out);
   // The codec's first frame: checks its format, creates the resampler.
   absl::Status StartCompressedFormat(int rate, int channels);
+  // INVALID_ARGUMENT when format_.channel names a channel the stream (of `channels`) lacks.
+  absl::Status CheckChannel(int channels) const;
   // A resampler from format_'s rate to the model's, when they differ.
   absl::Status StartResampler();
   // Header complete in pending_ (or raw audio): checks the format, creates the resampler.

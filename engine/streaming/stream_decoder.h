@@ -41,7 +41,8 @@ struct SessionResult {
                                  // tokens from the look-ahead
   float confidence = 0.0f;       // mean of the word confidences, in [0, 1]
   std::vector<WordInfo> words;   // final results only; ms from the stream start
-  int utterance_index = 0;       // 0, 1, ... in stream order
+  int utterance_index = 0;       // 0, 1, ... in stream order (per channel)
+  int channel = 0;               // per-channel recognition: the channel, 0-based; else 0
   double audio_start_s = 0;      // start of the utterance (from the stream start)
   double audio_processed_s = 0;  // audio covered by this result (from the stream start)
   // Time from the arrival of the last audio this result needed (or the ForceFinal()/Finish()

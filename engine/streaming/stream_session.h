@@ -48,6 +48,7 @@
 #include "engine/decoding/ctc.h"
 #include "engine/model/model.h"
 #include "engine/streaming/priority.h"
+#include "engine/streaming/recognition_session.h"
 #include "engine/streaming/scheduler.h"
 #include "engine/streaming/stream_decoder.h"
 #include "engine/streaming/task_pool.h"
@@ -91,17 +92,10 @@ struct StreamingOptions {
 
 // SessionResult: engine/streaming/stream_decoder.h.
 
-class StreamSession {
+class StreamSession final : public RecognitionSession {
  public:
-  struct Callbacks {
-    std::function<void(const SessionResult&)> on_result;
-    // The buffer fell below max_buffered_audio_ms after CanAcceptAudio() had been false: the
-    // server may post its next read.
-    std::function<void()> on_space_available;
-    // Exactly once, after the last result: OK after Finish() drained, CANCELLED after
-    // Cancel(), or the error that ended the session.
-    std::function<void(absl::Status)> on_done;
-  };
+  // Callbacks: RecognitionSession::Callbacks (the results' channel is 0; ChannelSessions
+  // numbers the channels of its sessions).
 
   // `frontend` runs the session's audio work, `delivery` its callbacks (may be one pool in
   // tests; the server keeps them apart so that results never wait behind audio work).
@@ -111,7 +105,7 @@ class StreamSession {
       std::shared_ptr<const Model> model, Scheduler* scheduler, TaskPool* frontend,
       TaskPool* delivery, const StreamingOptions& options, const AudioFormat& format,
       Callbacks callbacks);
-  ~StreamSession();
+  ~StreamSession() override;
 
   // What Create() checks of `options` on `model` without making a session: the options'
   // ranges, window sizes that are whole encoder frames and that the featurizer accepts.
@@ -130,30 +124,30 @@ class StreamSession {
   // when the stream exceeds max_stream_duration_ms, UNAVAILABLE when the scheduler is shut
   // down, RESOURCE_EXHAUSTED when the scheduler's queue is full (server overloaded), backend
   // errors as they come.
-  absl::Status PushAudio(absl::Span<const uint8_t> bytes);
+  absl::Status PushAudio(absl::Span<const uint8_t> bytes) override;
 
   // Whether a push is allowed now (buffered_audio_ms() < max_buffered_audio_ms and the session
   // accepts audio). When it returns false, on_space_available follows once it is true again.
-  bool CanAcceptAudio() const;
+  bool CanAcceptAudio() const override;
 
   // Ends the current utterance now: the audio received so far is processed with whatever
   // right context exists, and a final result (even if empty) follows; the next audio starts a
   // new utterance. Queued after the audio pushed before it. Errors as PushAudio (except
   // RESOURCE_EXHAUSTED).
-  absl::Status ForceFinal();
+  absl::Status ForceFinal() override;
 
   // End of audio: processes the rest (the last window with the right context there is), emits
   // the last final result, then on_done(OK). A stream with no final result so far gets one
   // (possibly empty) final result. Queued after the audio pushed before it. Idempotent; errors
   // as PushAudio (except RESOURCE_EXHAUSTED).
-  absl::Status Finish();
+  absl::Status Finish() override;
 
   // Drops everything; on_done(CANCELLED) unless on_done was already delivered or queued.
   // Safe at any time, any number of times.
-  void Cancel();
+  void Cancel() override;
 
   // Unprocessed audio held (see max_buffered_audio_ms), in ms at the model rate.
-  int64_t buffered_audio_ms() const;
+  int64_t buffered_audio_ms() const override;
 
   class Impl;  // engine/streaming/stream_session.cc
 
