@@ -380,6 +380,10 @@ void HttpServer::Impl::Accept() {
                         [self = this](beast::error_code ec, tcp::socket socket) {
                           if (!self->accepting.load()) return;
                           if (!ec) {
+                            // Results are small messages: send each at once (no Nagle wait
+                            // for the ACK of the one before, which delayed ACKs make ~40 ms).
+                            beast::error_code ignored;
+                            socket.set_option(tcp::no_delay(true), ignored);
                             auto connection = std::make_shared<Connection>(std::move(socket), self);
                             if (self->connections.load() > self->options.max_connections) {
                               connection->Refuse();
