@@ -8,17 +8,20 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>  // ssl_stream, and the WebSocket's TLS teardown
 #include <boost/beast/websocket.hpp>
 #include <chrono>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <type_traits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "server/http_tls.h"
 #include "spdlog/spdlog.h"
 
 namespace jasper::server {
@@ -79,19 +82,14 @@ HttpResponse JsonError(int status, absl::string_view message, absl::string_view 
   return r;
 }
 
-namespace {
-class Connection;
-class WsConnection;
-}  // namespace
-
 // What responders share with the server: whether it still runs (then its io_context is alive),
 // and the connections waiting for a handler's response (held here, so that a responder called
-// after the server is gone touches nothing of it).
+// after the server is gone touches nothing of it). Connections of either stream type.
 struct HttpToken {
   std::mutex mu;
   bool alive = true;
-  std::set<std::shared_ptr<Connection>> waiting;
-  std::set<std::shared_ptr<WsConnection>> websockets;  // open ones (dropped when they end)
+  std::set<std::shared_ptr<void>> waiting;
+  std::set<std::shared_ptr<void>> websockets;  // open ones (dropped when they end)
 };
 
 struct HttpServer::Impl {
@@ -102,6 +100,9 @@ struct HttpServer::Impl {
         acceptor(asio::make_strand(io)) {}
 
   void Accept();
+  // Serves an accepted socket as a Connection<Stream> (TLS streams with `tls_context`).
+  template <class Stream>
+  void Serve(tcp::socket socket, std::shared_ptr<asio::ssl::context> tls_context);
 
   const HttpServerOptions options;
   const HttpHandler handler;
@@ -115,16 +116,43 @@ struct HttpServer::Impl {
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work{
       asio::make_work_guard(io)};
   tcp::acceptor acceptor;
+  std::unique_ptr<HttpTlsContextSource> tls;  // set: every connection is TLS
 };
 
 namespace {
 
 namespace websocket = boost::beast::websocket;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
-class WsConnection : public WebSocket, public std::enable_shared_from_this<WsConnection> {
+// Whether connections over Stream are TLS (else plaintext beast::tcp_stream).
+template <class Stream>
+inline constexpr bool kIsTls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+// How long a closing TLS connection waits for the peer's close_notify.
+constexpr auto kTlsShutdownTimeout = std::chrono::seconds(1);
+
+// A new connection's stream over `socket`; TLS streams use `tls_context`.
+template <class Stream>
+Stream MakeStream(tcp::socket socket, asio::ssl::context* tls_context) {
+  if constexpr (kIsTls<Stream>) {
+    return Stream(beast::tcp_stream(std::move(socket)), *tls_context);
+  } else {
+    return Stream(std::move(socket));
+  }
+}
+
+// Stream: beast::tcp_stream (ws://) or TlsStream (wss://, the TLS handshake already done).
+template <class Stream>
+class WsConnection : public WebSocket, public std::enable_shared_from_this<WsConnection<Stream>> {
  public:
-  WsConnection(beast::tcp_stream stream, HttpServer::Impl* server)
-      : ws_(std::move(stream)), server_(server), token_(server->token) {
+  using std::enable_shared_from_this<WsConnection<Stream>>::shared_from_this;
+
+  WsConnection(Stream stream, std::shared_ptr<asio::ssl::context> tls_context,
+               HttpServer::Impl* server)
+      : tls_context_(std::move(tls_context)),
+        ws_(std::move(stream)),
+        server_(server),
+        token_(server->token) {
     server_->connections.fetch_add(1);
   }
   ~WsConnection() override { server_->connections.fetch_sub(1); }
@@ -193,36 +221,64 @@ class WsConnection : public WebSocket, public std::enable_shared_from_this<WsCon
     token_->websockets.erase(shared_from_this());
   }
 
-  websocket::stream<beast::tcp_stream> ws_;
+  // Before ws_: the OpenSSL objects of a TLS stream use it until they are gone (null: plain).
+  const std::shared_ptr<asio::ssl::context> tls_context_;
+  websocket::stream<Stream> ws_;
   beast::flat_buffer in_;
   HttpServer::Impl* const server_;
   const std::shared_ptr<HttpToken> token_;
   std::shared_ptr<void> owner_;  // the handler's (the call), on the strand
 };
 
-class Connection : public std::enable_shared_from_this<Connection> {
+// One HTTP connection. Stream: beast::tcp_stream (http://) or TlsStream (https://).
+template <class Stream>
+class Connection : public std::enable_shared_from_this<Connection<Stream>> {
  public:
-  Connection(tcp::socket socket, HttpServer::Impl* server)
-      : stream_(std::move(socket)), server_(server) {
+  using std::enable_shared_from_this<Connection<Stream>>::shared_from_this;
+
+  Connection(tcp::socket socket, std::shared_ptr<asio::ssl::context> tls_context,
+             HttpServer::Impl* server)
+      : tls_context_(std::move(tls_context)),
+        stream_(MakeStream<Stream>(std::move(socket), tls_context_.get())),
+        server_(server) {
     server_->connections.fetch_add(1);
   }
   ~Connection() { server_->connections.fetch_sub(1); }
 
-  void Start() { ReadHeader(); }
+  // Serves requests, after the TLS handshake on a TLS stream (which must end within the request
+  // timeout, else the connection closes). `refuse`: the connection limit was reached: one 503,
+  // then close.
+  void Start(bool refuse) {
+    if constexpr (kIsTls<Stream>) {
+      Lowest().expires_after(std::chrono::milliseconds(server_->options.request_timeout_ms));
+      stream_.async_handshake(asio::ssl::stream_base::server,
+                              [self = shared_from_this(), refuse](beast::error_code ec) {
+                                if (ec) {  // not TLS, a certificate refused, a timeout, ...
+                                  spdlog::debug("HTTP TLS handshake: {}", ec.message());
+                                  return;  // the socket closes with this connection
+                                }
+                                self->Serve(refuse);
+                              });
+    } else {
+      Serve(refuse);
+    }
+  }
 
-  // The connection limit was reached: one 503, then close.
-  void Refuse() {
+ private:
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
+
+  void Serve(bool refuse) {
+    if (!refuse) return ReadHeader();
     Send(JsonError(503, "too many HTTP connections; retry later", "server_error",
                    "too_many_connections"),
          /*keep_alive=*/false);
   }
 
- private:
   void ReadHeader() {
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(server_->options.max_header_bytes));
     parser_->body_limit(static_cast<uint64_t>(server_->options.max_body_bytes));
-    stream_.expires_after(std::chrono::milliseconds(server_->options.request_timeout_ms));
+    Lowest().expires_after(std::chrono::milliseconds(server_->options.request_timeout_ms));
     http::async_read_header(stream_, buffer_, *parser_,
                             beast::bind_front_handler(&Connection::OnHeader, shared_from_this()));
   }
@@ -284,15 +340,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
                               "invalid_request_error", "not_found"),
                     false);
       }
-      stream_.expires_never();  // the WebSocket's own timeouts apply from here
-      auto ws = std::make_shared<WsConnection>(std::move(stream_), server_);
+      Lowest().expires_never();  // the WebSocket's own timeouts apply from here
+      auto ws = std::make_shared<WsConnection<Stream>>(std::move(stream_), tls_context_, server_);
       ws->Accept(std::move(req), std::move(request));
-      return;  // this HTTP connection object ends here; the socket is the WebSocket's
+      return;  // this HTTP connection object ends here; the stream is the WebSocket's
     }
     request.body = std::move(req.body());
     const bool keep_alive = req.keep_alive();
     // The handler's time is its own (recognition of a long file): no timeout while it runs.
-    stream_.expires_never();
+    Lowest().expires_never();
     std::shared_ptr<HttpToken> token = server_->token;
     {
       std::lock_guard<std::mutex> lock(token->mu);
@@ -320,7 +376,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     res->body() = std::move(r.body);
     res->keep_alive(keep_alive);
     res->prepare_payload();
-    stream_.expires_after(std::chrono::milliseconds(server_->options.request_timeout_ms));
+    Lowest().expires_after(std::chrono::milliseconds(server_->options.request_timeout_ms));
     http::async_write(stream_, *res,
                       [self = shared_from_this(), res, keep_alive](beast::error_code ec, size_t) {
                         if (ec) return self->Fail(ec);
@@ -329,28 +385,36 @@ class Connection : public std::enable_shared_from_this<Connection> {
                       });
   }
 
-  // Lingering close: stop sending, then read and drop what the client still sends (up to 1 s)
-  // before the socket closes, so that a response sent before the whole request was read is not
-  // destroyed by the TCP reset that closing on unread data causes.
+  // Plaintext: a lingering close: stop sending, then read and drop what the client still sends
+  // (up to 1 s) before the socket closes, so that a response sent before the whole request was
+  // read is not destroyed by the TCP reset that closing on unread data causes.
+  // TLS: send close_notify and wait (up to kTlsShutdownTimeout) for the peer's.
   void Close() {
-    beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.expires_after(std::chrono::seconds(1));
-    Drain();
+    if constexpr (kIsTls<Stream>) {
+      Lowest().expires_after(kTlsShutdownTimeout);
+      stream_.async_shutdown([self = shared_from_this()](beast::error_code) {
+        // Done, timed out or failed: the socket closes with this connection.
+      });
+    } else {
+      beast::error_code ignored;
+      Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+      Lowest().expires_after(std::chrono::seconds(1));
+      Drain();
+    }
   }
   void Drain() {
     auto sink = std::make_shared<std::array<char, 4096>>();
-    stream_.async_read_some(asio::buffer(*sink),
-                            [self = shared_from_this(), sink](beast::error_code ec, size_t) {
-                              if (!ec) self->Drain();  // else: EOF, timeout or error: done
-                            });
+    Lowest().async_read_some(asio::buffer(*sink),
+                             [self = shared_from_this(), sink](beast::error_code ec, size_t) {
+                               if (!ec) self->Drain();  // else: EOF, timeout or error: done
+                             });
   }
 
   void Fail(beast::error_code ec) {
     if (ec == http::error::end_of_stream || ec == asio::error::eof) return Close();
     if (ec == asio::error::operation_aborted || ec == beast::error::timeout ||
-        ec == asio::error::connection_reset) {
-      return;  // the socket closes with this connection
+        ec == asio::error::connection_reset || ec == asio::ssl::error::stream_truncated) {
+      return;  // the socket closes with this connection (truncated: TCP closed without TLS's end)
     }
     if (ec == http::error::header_limit) {
       return Send(JsonError(431, "the request head is too large", "invalid_request_error",
@@ -367,13 +431,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Close();
   }
 
-  beast::tcp_stream stream_;
+  // Before stream_: a TLS stream's OpenSSL objects use it until they are gone (null: plain).
+  const std::shared_ptr<asio::ssl::context> tls_context_;
+  Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   HttpServer::Impl* const server_;  // outlives every connection (see ~HttpServer)
 };
 
 }  // namespace
+
+template <class Stream>
+void HttpServer::Impl::Serve(tcp::socket socket, std::shared_ptr<asio::ssl::context> tls_context) {
+  auto connection =
+      std::make_shared<Connection<Stream>>(std::move(socket), std::move(tls_context), this);
+  connection->Start(/*refuse=*/connections.load() > options.max_connections);
+}
 
 void HttpServer::Impl::Accept() {
   acceptor.async_accept(asio::make_strand(io),
@@ -384,12 +457,12 @@ void HttpServer::Impl::Accept() {
                             // for the ACK of the one before, which delayed ACKs make ~40 ms).
                             beast::error_code ignored;
                             socket.set_option(tcp::no_delay(true), ignored);
-                            auto connection = std::make_shared<Connection>(std::move(socket), self);
-                            if (self->connections.load() > self->options.max_connections) {
-                              connection->Refuse();
-                            } else {
-                              connection->Start();
-                            }
+                          }
+                          if (!ec && self->tls != nullptr) {
+                            // The current certificate (reloaded first when its files changed).
+                            self->Serve<TlsStream>(std::move(socket), self->tls->Current());
+                          } else if (!ec) {
+                            self->Serve<beast::tcp_stream>(std::move(socket), nullptr);
                           }
                           self->Accept();
                         });
@@ -411,6 +484,12 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   std::unique_ptr<HttpServer> server(new HttpServer());
   server->impl_ = std::make_unique<Impl>(options, std::move(handler), std::move(websocket));
   Impl& impl = *server->impl_;
+  if (options.tls.has_value()) {
+    absl::StatusOr<std::unique_ptr<HttpTlsContextSource>> tls =
+        HttpTlsContextSource::Create(*options.tls);
+    if (!tls.ok()) return tls.status();
+    impl.tls = *std::move(tls);
+  }
   beast::error_code ec;
   tcp::resolver resolver(impl.io);
   const auto endpoints = resolver.resolve(host, std::to_string(port), ec);
@@ -452,8 +531,8 @@ HttpServer::~HttpServer() {
   impl_->work.reset();
   impl_->io.stop();
   for (std::thread& t : threads_) t.join();
-  std::set<std::shared_ptr<Connection>> waiting;
-  std::set<std::shared_ptr<WsConnection>> websockets;
+  std::set<std::shared_ptr<void>> waiting;
+  std::set<std::shared_ptr<void>> websockets;
   {
     std::lock_guard<std::mutex> lock(impl_->token->mu);
     waiting.swap(impl_->token->waiting);

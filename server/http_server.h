@@ -12,6 +12,11 @@
 // closed. Errors the server answers itself carry an OpenAI-style JSON body
 // ({"error": {"message", "type", "code"}}).
 //
+// TLS: with HttpServerOptions::tls set, every connection is HTTPS (and WebSockets WSS): TLS 1.2
+// or newer, the handshake done (within request_timeout_ms) before the first request is read,
+// mutual TLS when a client CA is given (server/http_tls.h), certificates re-read when their
+// files change (new connections get the new ones, open connections keep theirs).
+//
 // Ownership: owns its acceptor, connections and I/O threads; the handler must outlive the
 // server. Thread-safety: the handler runs on I/O threads, several at once; a Responder may be
 // called from any thread, exactly once. Stop() and the destructor from any thread but an I/O
@@ -22,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -82,6 +88,22 @@ class WebSocket {
 using WebSocketHandler =
     std::function<std::shared_ptr<void>(const HttpRequest&, std::weak_ptr<WebSocket>)>;
 
+// TLS of an HttpServer (server/http_tls.h builds the OpenSSL context from it).
+struct HttpTlsOptions {
+  std::string cert_file;       // PEM certificate chain (leaf first)
+  std::string key_file;        // PEM private key of the leaf
+  std::string client_ca_file;  // PEM CA bundle: mutual TLS, a client certificate is required
+                               // and verified against it; empty: no client certificates
+  // At most this often (on a new connection), the files' modification times are checked, and
+  // the context is rebuilt when one changed (a failed rebuild keeps the previous one).
+  int reload_interval_s = 60;
+};
+
+// Checks that `tls` names a readable certificate chain and a private key that matches it (and
+// a readable client CA bundle, when set), by building the context HttpServer::Start would.
+// INVALID_ARGUMENT naming the file otherwise.
+absl::Status CheckHttpTls(const HttpTlsOptions& tls);
+
 struct HttpServerOptions {
   std::string address;  // "host:port" or "[v6]:port"; port 0 picks one
   int threads = 2;      // I/O threads
@@ -92,13 +114,16 @@ struct HttpServerOptions {
   // Paths where a WebSocket upgrade is accepted (others: 404 for upgrades).
   std::vector<std::string> websocket_paths;
   int64_t max_websocket_message_bytes = 1 << 20;
+  // Set: HTTPS / WSS on every connection; absent: plaintext.
+  std::optional<HttpTlsOptions> tls;
 };
 
 class HttpServer {
  public:
   struct Impl;  // http_server.cc
-  // Binds and starts serving. Errors: INVALID_ARGUMENT (malformed address or options),
-  // UNAVAILABLE (cannot resolve or bind).
+  // Binds and starts serving. Errors: INVALID_ARGUMENT (malformed address or options, or TLS
+  // files that cannot be used: the message names the file), UNAVAILABLE (cannot resolve or
+  // bind).
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
                                                            HttpHandler handler,
                                                            WebSocketHandler websocket = nullptr);

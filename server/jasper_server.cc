@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -39,6 +40,14 @@ absl::StatusOr<std::unique_ptr<JasperServer>> JasperServer::Start(const ServerOp
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       MakeServerCredentials(options);
   if (!credentials.ok()) return credentials.status();
+  // The HTTP front serves the same certificate (and client CA) as the gRPC port; its OpenSSL
+  // context is built here once to refuse a key that does not match before the model loads.
+  std::optional<HttpTlsOptions> http_tls;
+  if (!options.http_address.empty() && !options.tls_cert_file.empty()) {
+    http_tls = HttpTlsOptions{options.tls_cert_file, options.tls_key_file,
+                              options.tls_client_ca_file, options.tls_reload_interval_s};
+    JASPER_RETURN_IF_ERROR(CheckHttpTls(*http_tls));
+  }
   std::shared_ptr<ApiKeyStore> keys;
   if (!options.api_keys_file.empty()) {
     absl::StatusOr<std::unique_ptr<ApiKeyStore>> opened = ApiKeyStore::Open(options.api_keys_file);
@@ -97,6 +106,7 @@ absl::StatusOr<std::unique_ptr<JasperServer>> JasperServer::Start(const ServerOp
     h.max_body_bytes = options.http_max_body_bytes;
     h.max_connections = options.http_max_connections;
     h.request_timeout_ms = options.http_request_timeout_ms;
+    h.tls = http_tls;
     ServerMetrics* metrics = server->engine_->metrics();
     h.websocket_paths = {kWebSocketStreamPath};
     ServingEngine* engine = server->engine_.get();
@@ -112,13 +122,18 @@ absl::StatusOr<std::unique_ptr<JasperServer>> JasperServer::Start(const ServerOp
         });
     if (!http.ok()) return http.status();
     server->http_ = *std::move(http);
-    if (!IsLoopbackAddress(options.http_address)) {
-      spdlog::warn("HTTP front on {} is plaintext: put a TLS-terminating proxy in front of it",
-                   options.http_address);
+    if (!http_tls.has_value() && !IsLoopbackAddress(options.http_address)) {
+      spdlog::warn(
+          "HTTP front on {} is plaintext: set --tls_cert_file and --tls_key_file, or put a "
+          "TLS-terminating proxy in front of it",
+          options.http_address);
     }
     spdlog::info(
-        "serving HTTP (OpenAI /v1/audio/transcriptions, /v1/models, /metrics) on {} "
+        "serving {} (OpenAI /v1/audio/transcriptions, /v1/models, /metrics, /v1/stream) on {} "
         "(http port {})",
+        !http_tls.has_value()              ? "HTTP, plaintext,"
+        : http_tls->client_ca_file.empty() ? "HTTPS (TLS)"
+                                           : "HTTPS (mutual TLS)",
         options.http_address, server->http_->port());
   }
 

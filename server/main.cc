@@ -87,7 +87,9 @@ ABSL_FLAG(std::string, metrics_address, kDefaults.metrics_address,
           "Empty: off.");
 ABSL_FLAG(std::string, http_listen, kDefaults.http_address,
           "host:port of the HTTP front: OpenAI-compatible POST /v1/audio/transcriptions, GET "
-          "/v1/models, /metrics, /health (docs/HTTP.md). Plaintext. Empty: off.");
+          "/v1/models, /metrics, /health, WebSocket /v1/stream (docs/HTTP.md). HTTPS/WSS with "
+          "the --tls_* flags (the gRPC port's certificate and client CA), else plaintext. "
+          "Empty: off.");
 ABSL_FLAG(int64_t, http_max_body_bytes, kDefaults.http_max_body_bytes,
           "HTTP: largest request body (uploaded file and form), bytes; larger: 413.");
 ABSL_FLAG(int, http_max_connections, kDefaults.http_max_connections,
@@ -96,8 +98,8 @@ ABSL_FLAG(int, http_request_timeout_ms, kDefaults.http_request_timeout_ms,
           "HTTP: a request must arrive whole within this, else the connection closes.");
 ABSL_FLAG(int, http_threads, kDefaults.http_threads, "HTTP: I/O threads.");
 ABSL_FLAG(std::string, tls_cert_file, kDefaults.tls_cert_file,
-          "PEM certificate chain for TLS on the gRPC port (with --tls_key_file). Empty: "
-          "plaintext.");
+          "PEM certificate chain for TLS on the gRPC port and the --http_listen front (with "
+          "--tls_key_file). Empty: plaintext.");
 ABSL_FLAG(std::string, tls_key_file, kDefaults.tls_key_file, "PEM private key of --tls_cert_file.");
 ABSL_FLAG(std::string, tls_client_ca_file, kDefaults.tls_client_ca_file,
           "PEM CA bundle: require and verify client certificates signed by it (mutual TLS).");

@@ -101,7 +101,9 @@ struct ServerOptions {
 
   // The HTTP front (server/http_server.h, docs/HTTP.md): "host:port" of a listener serving the
   // OpenAI-compatible POST /v1/audio/transcriptions, GET /v1/models, GET /metrics and
-  // GET /health, plaintext (put a TLS proxy in front off loopback). Empty (default): off.
+  // GET /health, and the WebSocket /v1/stream. HTTPS / WSS when tls_cert_file is set (the gRPC
+  // port's certificate, client CA and reload interval), else plaintext (off loopback: put a
+  // TLS proxy in front). Empty (default): off.
   std::string http_address;
   // Largest request body (an uploaded file and its form), bytes; over it: 413. [1 KiB, 1 GiB]
   int64_t http_max_body_bytes = 25 << 20;
@@ -113,12 +115,13 @@ struct ServerOptions {
   int http_request_timeout_ms = 30000;
   int http_threads = 2;  // I/O threads of the HTTP front [1, 64]
 
-  // Transport security of the gRPC port. Both empty (default): plaintext. tls_cert_file (PEM
-  // certificate chain) and tls_key_file (PEM private key) together: TLS. tls_client_ca_file
-  // (PEM CA bundle, needs the other two): mutual TLS, every client must present a certificate
-  // signed by one of these CAs. The files (and api_keys_file) are re-read every
-  // tls_reload_interval_s seconds, so rotated certificates and keys are picked up without a
-  // restart. [1, 86400]
+  // Transport security of the gRPC port and of the HTTP front (http_address; metrics_address
+  // stays plaintext). Both empty (default): plaintext. tls_cert_file (PEM certificate chain)
+  // and tls_key_file (PEM private key) together: TLS. tls_client_ca_file (PEM CA bundle, needs
+  // the other two): mutual TLS, every client must present a certificate signed by one of these
+  // CAs. The files (and api_keys_file) are re-read every tls_reload_interval_s seconds (the
+  // HTTP front: checked on a new connection at most that often), so rotated certificates and
+  // keys are picked up without a restart. [1, 86400]
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_client_ca_file;

@@ -6,6 +6,7 @@
 // tls_reload_interval_s: a rotated certificate (replace the files, ideally by rename, key and
 // certificate together) is used for new connections from the next reload on; a pair that does
 // not match, or that cannot be parsed, is logged by gRPC and the previous one stays in use.
+// The HTTP front serves the same files with OpenSSL directly (server/http_tls.h).
 //
 // Thread-safety: pure functions.
 #ifndef JASPER_SERVER_TLS_H_

@@ -1,12 +1,8 @@
 // Security of the gRPC port over loopback: TLS, mutual TLS, certificate rotation (reload),
 // API keys (missing / wrong / right, both header forms; health stays open), and the option
-// checks. Certificates are generated per test run with the `openssl` CLI (tools/install_deps.sh
-// installs it) into a temporary folder.
-#include <sys/stat.h>
-#include <unistd.h>
-
+// checks. Certificates are generated per test run with the `openssl` CLI (tests/test_certs.h)
+// into a temporary folder. The HTTP front's TLS: tests/server_https_test.cc.
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -24,84 +20,20 @@
 #include "server/jasper_server.h"
 #include "server/tls.h"
 #include "tests/server_test_util.h"
+#include "tests/test_certs.h"
 
 namespace jasper::server {
 namespace {
 
 namespace pb = ::jasper::asr::v1;
 namespace fs = std::filesystem;
+using ::jasper::test_util::Certs;
 using ::jasper::test_util::DeadlineIn;
 using ::jasper::test_util::HealthCheck;
 using ::jasper::test_util::kSlowdown;
-using ::jasper::test_util::ReadFileBytes;
+using ::jasper::test_util::ReplaceFile;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-// ---------------------------------------------------------------------------------------------
-// Certificates.
-
-class Certs {
- public:
-  // Creates CAs and leaf certificates under a fresh temp folder. ok() false (with the failing
-  // command in error()) when openssl is missing or fails.
-  Certs() {
-    dir_ = fs::temp_directory_path() / absl::StrCat("jasper_security_test_", ::getpid());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    ok_ = Ca("ca") && Leaf("server", "ca", "serverAuth") && Ca("ca2") &&
-          Leaf("server2", "ca2", "serverAuth") && Ca("client_ca") &&
-          Leaf("client", "client_ca", "clientAuth") && Ca("rogue_ca") &&
-          Leaf("rogue", "rogue_ca", "clientAuth");
-  }
-  ~Certs() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  bool ok() const { return ok_; }
-  const std::string& error() const { return error_; }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
-  std::string Pem(const std::string& name) const { return ReadFileBytes(dir_ / name); }
-  const fs::path& dir() const { return dir_; }
-
- private:
-  bool Run(const std::string& command) {
-    const std::string full =
-        absl::StrCat("cd '", dir_.string(), "' && ", command, " 2>>openssl.log >/dev/null");
-    if (std::system(full.c_str()) != 0) {
-      error_ = absl::StrCat("failed: ", command, "\n", ReadFileBytes(dir_ / "openssl.log"));
-      return false;
-    }
-    return true;
-  }
-  bool Ca(const std::string& name) {
-    return Run(absl::StrCat(
-        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
-        "-subj /CN=",
-        name, " -keyout ", name, ".key -out ", name, ".pem"));
-  }
-  bool Leaf(const std::string& name, const std::string& ca, const std::string& usage) {
-    std::ofstream(dir_ / (name + ".ext"))
-        << "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=" << usage
-        << "\nbasicConstraints=CA:FALSE\n";
-    return Run(absl::StrCat("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
-                            "-nodes -subj /CN=localhost -keyout ",
-                            name, ".key -out ", name, ".csr")) &&
-           Run(absl::StrCat("openssl x509 -req -in ", name, ".csr -CA ", ca, ".pem -CAkey ", ca,
-                            ".key -CAcreateserial -days 2 -extfile ", name, ".ext -out ", name,
-                            ".pem"));
-  }
-
-  fs::path dir_;
-  bool ok_ = false;
-  std::string error_;
-};
-
-// Copies `from` over `to` atomically (write a temp file, rename).
-void ReplaceFile(const std::string& from, const std::string& to) {
-  const std::string tmp = to + ".tmp";
-  fs::copy_file(from, tmp, fs::copy_options::overwrite_existing);
-  fs::rename(tmp, to);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Clients.
@@ -140,7 +72,7 @@ grpc::Status ListModels(const std::shared_ptr<grpc::Channel>& channel,
 class SecurityTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    certs_ = new Certs();
+    certs_ = new Certs("jasper_security_test");
     model_dir_ = test_util::ServerTestModelDir();
   }
   static void TearDownTestSuite() {

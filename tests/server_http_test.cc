@@ -3,11 +3,6 @@
 // Expect: 100-continue, and each limit with its status (413 body, 431 head, 400 malformed,
 // 404/405 routes, connection limit 503, request timeout closes), multipart errors as JSON;
 // and the multipart parser itself.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
@@ -27,14 +22,19 @@
 #include "nlohmann/json.hpp"
 #include "server/jasper_server.h"
 #include "server/multipart.h"
+#include "tests/http_test_util.h"
 #include "tests/server_test_util.h"
 
 namespace jasper::server {
 namespace {
 
 namespace fs = std::filesystem;
+using ::jasper::test_util::Body;
 using ::jasper::test_util::DeadlineIn;
+using ::jasper::test_util::FormPost;
 using ::jasper::test_util::ReadFileBytes;
+using ::jasper::test_util::Socket;
+using ::jasper::test_util::WsOutcome;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -43,81 +43,6 @@ constexpr char kWav[] = "models/quartznet_en_tts_small/samples/sample_1.wav";
 constexpr int64_t kMaxBody = 256 << 10;
 constexpr int kMaxConnections = 6;
 constexpr int kTimeoutMs = 1500;
-
-// A connected loopback socket; closed when destroyed.
-class Socket {
- public:
-  explicit Socket(int port) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-    timeval tv{10, 0};  // no read waits forever
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  }
-  ~Socket() { close(fd_); }
-  bool connected() const { return connected_; }
-  void Send(const std::string& bytes) {
-    size_t sent = 0;
-    while (sent < bytes.size()) {
-      const ssize_t n = send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) return;
-      sent += static_cast<size_t>(n);
-    }
-  }
-  // One response: its head, then Content-Length bytes of body. "" when the peer closed first.
-  std::string ReadResponse() {
-    while (true) {
-      const size_t head_end = buffer_.find("\r\n\r\n");
-      if (head_end != std::string::npos) {
-        size_t length = 0;
-        const size_t cl = buffer_.find("Content-Length: ");
-        if (cl != std::string::npos && cl < head_end) length = std::stoul(buffer_.substr(cl + 16));
-        if (buffer_.size() >= head_end + 4 + length) {
-          std::string response = buffer_.substr(0, head_end + 4 + length);
-          buffer_.erase(0, head_end + 4 + length);
-          return response;
-        }
-      }
-      char chunk[4096];
-      const ssize_t n = recv(fd_, chunk, sizeof(chunk), 0);
-      if (n <= 0) return "";
-      buffer_.append(chunk, static_cast<size_t>(n));
-    }
-  }
-  // Whether the peer closes the connection (recv returns 0) within the receive timeout.
-  bool PeerCloses() {
-    char c;
-    return recv(fd_, &c, 1, 0) == 0;
-  }
-
- private:
-  int fd_ = -1;
-  bool connected_ = false;
-  std::string buffer_;
-};
-
-std::string Body(const std::string& response) {
-  return response.substr(response.find("\r\n\r\n") + 4);
-}
-
-// A multipart/form-data POST of `fields` (name, filename, data) to the transcription route.
-std::string FormPost(const std::vector<std::vector<std::string>>& fields,
-                     const std::string& extra_headers = "") {
-  const std::string boundary = "----jasperTestBoundary7MA4YWxk";
-  std::string body;
-  for (const auto& f : fields) {
-    absl::StrAppend(&body, "--", boundary, "\r\nContent-Disposition: form-data; name=\"", f[0],
-                    "\"", f[1].empty() ? "" : absl::StrCat("; filename=\"", f[1], "\""), "\r\n\r\n",
-                    f[2], "\r\n");
-  }
-  absl::StrAppend(&body, "--", boundary, "--\r\n");
-  return absl::StrCat("POST /v1/audio/transcriptions HTTP/1.1\r\nHost: localhost\r\n",
-                      "Content-Type: multipart/form-data; boundary=", boundary, "\r\n",
-                      "Content-Length: ", body.size(), "\r\n", extra_headers, "\r\n", body);
-}
 
 class ServerHttpTest : public ::testing::Test {
  protected:
@@ -290,50 +215,14 @@ TEST_F(ServerHttpTest, BadFormsAreJsonErrors) {
 
 // A WebSocket stream (/v1/stream) with Beast's client: config, audio in 100 ms frames, end; the
 // finals are the gRPC API's, the close is 1000. A bad config: error JSON, then close 4003.
-struct WsOutcome {
-  std::string finals;
-  int interims = 0;
-  int close_code = 0;
-  std::string error;
-};
-
 WsOutcome StreamOverWebSocket(int port, const std::string& start, const std::string& audio) {
   namespace beast = boost::beast;
-  namespace websocket = beast::websocket;
   boost::asio::io_context io;
   boost::asio::ip::tcp::resolver resolver(io);
-  websocket::stream<beast::tcp_stream> ws(io);
+  beast::websocket::stream<beast::tcp_stream> ws(io);
   beast::get_lowest_layer(ws).expires_after(std::chrono::seconds(60));
   beast::get_lowest_layer(ws).connect(resolver.resolve("127.0.0.1", std::to_string(port)));
-  ws.handshake(absl::StrCat("127.0.0.1:", port), "/v1/stream");
-  WsOutcome out;
-  beast::error_code ec;
-  ws.text(true);
-  ws.write(boost::asio::buffer(start), ec);
-  for (size_t i = 0; !ec && i < audio.size(); i += 3200) {
-    ws.binary(true);
-    ws.write(boost::asio::buffer(audio.data() + i, std::min<size_t>(3200, audio.size() - i)), ec);
-  }
-  if (!ec) {
-    ws.text(true);
-    ws.write(boost::asio::buffer(std::string(R"({"end": true})")), ec);
-  }
-  while (true) {
-    beast::flat_buffer buffer;
-    ws.read(buffer, ec);
-    if (ec) break;
-    const auto j = nlohmann::json::parse(beast::buffers_to_string(buffer.data()));
-    if (j.contains("error")) out.error = j["error"]["code"];
-    for (const auto& r : j.value("results", nlohmann::json::array())) {
-      if (!r["isFinal"].get<bool>()) {
-        ++out.interims;
-      } else {
-        out.finals += r["alternatives"][0]["transcript"].get<std::string>();
-      }
-    }
-  }
-  out.close_code = static_cast<int>(ws.reason().code);
-  return out;
+  return test_util::StreamOverWebSocket(ws, absl::StrCat("127.0.0.1:", port), start, audio);
 }
 
 TEST_F(ServerHttpTest, WebSocketStreamsAsGrpcDoes) {

@@ -18,7 +18,7 @@ done
 # that they cover every library the built binaries load).
 RUNTIME_PACKAGES=(
   libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libspdlog1.10 libfmt9
-  libsoxr0 libgomp1
+  libsoxr0 libgomp1 libssl3
   libflac12 libogg0 libopus0 libvorbis0a libmpg123-0  # compressed audio (engine/audio/codec.h)
 )
 # Every program and runtime that tools/run_demo.sh and every stage of tools/test.sh use, by stage
@@ -30,6 +30,7 @@ BUILD_PACKAGES=(  # tools/build.sh: the main build (CMake, Ninja, ccache, gcc; C
   libabsl-dev libspdlog-dev nlohmann-json3-dev libopenblas-dev libsoxr-dev
   libflac-dev libogg-dev libopus-dev libvorbis-dev libmpg123-dev
   libboost-dev  # Boost.Beast/Asio (header-only): the HTTP front
+  libssl-dev    # OpenSSL: TLS on the HTTP front (also pulled in by libgrpc-dev)
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 TEST_PACKAGES=(  # test stage (CTest): converter, deploy checks, Riva venv, soak, TLS certificates
