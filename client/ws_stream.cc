@@ -254,8 +254,12 @@ class WsRecognizeStream final : public RecognizeStream {
       asr::StreamingRecognizeResponse response;
       google::protobuf::util::JsonParseOptions options;
       options.ignore_unknown_fields = true;
+      // The server's error frame is {"error": {...}} (only it starts so); every other text
+      // frame is a response. Parsed once, as what it is.
       google::protobuf::Struct as_struct;
-      if (google::protobuf::util::JsonStringToMessage(text, &as_struct).ok() &&
+      const size_t key = text.find_first_not_of(" \t\r\n{");
+      if (text.compare(key == std::string::npos ? text.size() : key, 7, "\"error\"") == 0 &&
+          google::protobuf::util::JsonStringToMessage(text, &as_struct).ok() &&
           as_struct.fields().count("error") > 0) {
         const auto& error = as_struct.fields().at("error").struct_value().fields();
         if (error.count("message")) error_message_ = error.at("message").string_value();

@@ -84,7 +84,8 @@ asan_stage() {
 
 TSAN_TESTS=(scheduler_test task_pool_test stream_session_test stream_session_window_test
   stream_session_threads_test stream_session_codec_test cpu_threads_test server_test
-  server_models_test server_audio_formats_test server_http_test)
+  server_models_test server_audio_formats_test server_http_test server_https_test
+  server_channels_test client_ws_test)
 tsan_stage() {
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DJASPER_CUDA=OFF \
     -DJASPER_SANITIZE=thread >/dev/null
@@ -96,7 +97,7 @@ tsan_stage() {
   local t supp
   for t in "${TSAN_TESTS[@]}"; do
     supp=""
-    case "$t" in server_*) supp="suppressions=$PWD/tests/server_test.tsan.supp" ;; esac
+    case "$t" in server_* | client_*) supp="suppressions=$PWD/tests/server_test.tsan.supp" ;; esac
     echo "--- $t under TSan ---" >&2
     # A hung suite fails the stage after TSAN_SUITE_TIMEOUT seconds instead of stalling CI.
     TSAN_OPTIONS="second_deadlock_stack=1 history_size=7 $supp ${TSAN_OPTIONS:-}" \
