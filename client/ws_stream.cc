@@ -22,8 +22,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
 
 namespace jasper::client {
 namespace {
@@ -254,15 +254,18 @@ class WsRecognizeStream final : public RecognizeStream {
       asr::StreamingRecognizeResponse response;
       google::protobuf::util::JsonParseOptions options;
       options.ignore_unknown_fields = true;
-      // The server's error frame is {"error": {...}} (only it starts so); every other text
-      // frame is a response. Parsed once, as what it is.
-      google::protobuf::Struct as_struct;
+      // The server's error frame is {"error": {"code": ..., "message": ...}} (only it starts
+      // so); every other text frame is a response. Parsed once, as what it is.
       const size_t key = text.find_first_not_of(" \t\r\n{");
-      if (text.compare(key == std::string::npos ? text.size() : key, 7, "\"error\"") == 0 &&
-          google::protobuf::util::JsonStringToMessage(text, &as_struct).ok() &&
-          as_struct.fields().count("error") > 0) {
-        const auto& error = as_struct.fields().at("error").struct_value().fields();
-        if (error.count("message")) error_message_ = error.at("message").string_value();
+      const nlohmann::json error =
+          text.compare(key == std::string::npos ? text.size() : key, 7, "\"error\"") == 0
+              ? nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false)
+              : nlohmann::json();
+      if (error.is_object() && error.contains("error") && error["error"].is_object()) {
+        const nlohmann::json& e = error["error"];
+        if (e.contains("message") && e["message"].is_string()) {
+          error_message_ = e["message"].get<std::string>();
+        }
       } else if (!ws_.got_text() ||
                  !google::protobuf::util::JsonStringToMessage(text, &response, options).ok()) {
         return EndWith(grpc::Status(grpc::StatusCode::INTERNAL,
