@@ -15,6 +15,7 @@
 #include "riva/proto/riva_asr.grpc.pb.h"
 #include "server/jasper_server.h"
 #include "tests/server_test_util.h"
+#include "tests/shipped_model_server.h"
 #include "tests/stream_session_test_util.h"
 
 namespace jasper::server {
@@ -32,27 +33,8 @@ const fs::path kRoot = JASPER_SOURCE_DIR;
 const fs::path kSamples = kRoot / "models/quartznet_en_tts_small/samples";
 const fs::path kCodecs = kRoot / "tests/fixtures/codecs";
 
-class ServerAudioFormatsTest : public ::testing::Test {
+class ServerAudioFormatsTest : public test_util::ShippedModelServerTest {
  protected:
-  static void SetUpTestSuite() {
-    ServerOptions o;
-    o.listen_address = "127.0.0.1:0";
-    o.model_dir = (kRoot / "models/quartznet_en_tts_small").string();
-    o.warmup = false;
-    auto server = JasperServer::Start(o);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
-    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
-                                       grpc::InsecureChannelCredentials());
-    asr_ = pb::Asr::NewStub(channel).release();
-    riva_ = rasr::RivaSpeechRecognition::NewStub(channel).release();
-  }
-  static void TearDownTestSuite() {
-    delete asr_;
-    delete riva_;
-    delete server_;
-  }
-
   // Recognize on our API; the transcript, or "ERROR <message>" (and *code).
   static std::string Ours(const fs::path& file, pb::AudioEncoding encoding,
                           grpc::StatusCode* code = nullptr) {
@@ -85,10 +67,6 @@ class ServerAudioFormatsTest : public ::testing::Test {
     for (const auto& r : response.results()) text += r.alternatives(0).transcript();
     return text;
   }
-
-  inline static JasperServer* server_ = nullptr;
-  inline static pb::Asr::Stub* asr_ = nullptr;
-  inline static rasr::RivaSpeechRecognition::Stub* riva_ = nullptr;
 };
 
 struct Case {

@@ -18,6 +18,7 @@
 #include "riva/proto/riva_asr.grpc.pb.h"
 #include "server/jasper_server.h"
 #include "tests/server_test_util.h"
+#include "tests/shipped_model_server.h"
 #include "tests/test_files.h"
 
 namespace jasper::server {
@@ -69,27 +70,8 @@ std::string Wav(const std::string& pcm, int channels) {
          le(pcm.size(), 4) + pcm;
 }
 
-class ServerChannelsTest : public ::testing::Test {
+class ServerChannelsTest : public test_util::ShippedModelServerTest {
  protected:
-  static void SetUpTestSuite() {
-    ServerOptions o;
-    o.listen_address = "127.0.0.1:0";
-    o.model_dir = (fs::path(JASPER_SOURCE_DIR) / "models/quartznet_en_tts_small").string();
-    o.warmup = false;
-    auto server = JasperServer::Start(o);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
-    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
-                                       grpc::InsecureChannelCredentials());
-    asr_ = pb::Asr::NewStub(channel).release();
-    riva_ = rasr::RivaSpeechRecognition::NewStub(channel).release();
-  }
-  static void TearDownTestSuite() {
-    delete asr_;
-    delete riva_;
-    delete server_;
-  }
-
   // Recognize on our API: per channel tag, the final transcripts joined with spaces.
   static std::map<int, std::string> Ours(const std::string& audio, int channels, bool separate,
                                          grpc::Status* status, int rate = 0) {
@@ -112,10 +94,6 @@ class ServerChannelsTest : public ::testing::Test {
     }
     return text;
   }
-
-  static inline JasperServer* server_ = nullptr;
-  static inline pb::Asr::Stub* asr_ = nullptr;
-  static inline rasr::RivaSpeechRecognition::Stub* riva_ = nullptr;
 };
 
 TEST_F(ServerChannelsTest, EachChannelIsRecognizedOnItsOwn) {

@@ -17,6 +17,7 @@
 #include "riva/proto/riva_asr.grpc.pb.h"
 #include "server/jasper_server.h"
 #include "tests/server_test_util.h"
+#include "tests/shipped_model_server.h"
 
 namespace jasper::server {
 namespace {
@@ -30,27 +31,8 @@ using ::testing::HasSubstr;
 
 const fs::path kRoot = JASPER_SOURCE_DIR;
 
-class ServerDecodingTest : public ::testing::Test {
+class ServerDecodingTest : public test_util::ShippedModelServerTest {
  protected:
-  static void SetUpTestSuite() {
-    ServerOptions o;
-    o.listen_address = "127.0.0.1:0";
-    o.model_dir = (kRoot / "models/quartznet_en_tts_small").string();
-    o.warmup = false;
-    auto server = JasperServer::Start(o);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
-    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
-                                       grpc::InsecureChannelCredentials());
-    asr_ = pb::Asr::NewStub(channel).release();
-    riva_ = rasr::RivaSpeechRecognition::NewStub(channel).release();
-  }
-  static void TearDownTestSuite() {
-    delete asr_;
-    delete riva_;
-    delete server_;
-  }
-
   // Recognize `wav` with our API; the transcript, or the status's message prefixed "ERROR ".
   static std::string Recognize(const std::string& wav, const std::string& decoder,
                                const std::string& boost_phrase = "", float boost = 0,
@@ -81,10 +63,6 @@ class ServerDecodingTest : public ::testing::Test {
     context.set_deadline(DeadlineIn());
     return stub->Recognize(&context, request, response);
   }
-
-  inline static JasperServer* server_ = nullptr;
-  inline static pb::Asr::Stub* asr_ = nullptr;
-  inline static rasr::RivaSpeechRecognition::Stub* riva_ = nullptr;
 };
 
 constexpr char kRevocation[] = "tests/fixtures/heldout/heldout_01.wav";  // "if the revocation..."
