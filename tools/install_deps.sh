@@ -20,6 +20,7 @@ RUNTIME_PACKAGES=(
   libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libspdlog1.10 libfmt9
   libsoxr0 libgomp1 libssl3
   libflac12 libogg0 libopus0 libvorbis0a libmpg123-0  # compressed audio (engine/audio/codec.h)
+  libfst22  # OpenFst: inverse text normalization (engine/text/inverse_normalizer.h)
 )
 # Every program and runtime that tools/run_demo.sh and every stage of tools/test.sh use, by stage
 # (tests/install_deps_test.py fails the suite when a stage invokes a program, imports a Python
@@ -30,6 +31,7 @@ BUILD_PACKAGES=(  # tools/build.sh: the main build (CMake, Ninja, ccache, gcc; C
   libabsl-dev libspdlog-dev nlohmann-json3-dev libopenblas-dev libsoxr-dev
   libflac-dev libogg-dev libopus-dev libvorbis-dev libmpg123-dev
   libboost-dev  # Boost.Beast/Asio (header-only): the HTTP front
+  libfst-dev    # OpenFst: runs the ITN grammars (engine/text/)
   libssl-dev    # OpenSSL: TLS on the HTTP front (also pulled in by libgrpc-dev)
   libgtest-dev libgmock-dev libbenchmark-dev
 )

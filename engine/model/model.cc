@@ -273,6 +273,13 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir)
     // Not shared with anyone yet: completing it here keeps Build() free of file access.
     std::const_pointer_cast<Model>(*model)->language_model_ = *std::move(lm);
   }
+  if (!config->inverse_text_normalization.empty()) {
+    const std::string itn_dir =
+        (std::filesystem::path(dir) / config->inverse_text_normalization).string();
+    absl::StatusOr<std::unique_ptr<const InverseNormalizer>> itn = InverseNormalizer::Load(itn_dir);
+    if (!itn.ok()) return WithPrefix(itn.status(), json_path + " inverse_text_normalization");
+    std::const_pointer_cast<Model>(*model)->inverse_normalizer_ = *std::move(itn);
+  }
   // The INT8 calibration, if any: kept with its status, never failing the load.
   Model& loaded = *std::const_pointer_cast<Model>(*model);
   const std::string calibration_path = (std::filesystem::path(dir) / kInt8CalibrationFile).string();

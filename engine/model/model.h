@@ -16,6 +16,7 @@
 #include "engine/features/features.h"
 #include "engine/model/int8_calibration.h"
 #include "engine/model/model_config.h"
+#include "engine/text/inverse_normalizer.h"
 #include "kernels/sub_block.h"
 
 namespace jasper {
@@ -63,6 +64,11 @@ class Model {
   const Featurizer& featurizer() const { return *featurizer_; }
   // The folder's word LM (config().language_model), mapped at Load(); null when none.
   const std::shared_ptr<const NgramLm>& language_model() const { return language_model_; }
+  // The folder's ITN grammars (config().inverse_text_normalization), loaded at Load(); null
+  // when none. Shared by every session that asks for written-form results.
+  const std::shared_ptr<const InverseNormalizer>& inverse_normalizer() const {
+    return inverse_normalizer_;
+  }
   // The folder's INT8 calibration (int8_calibration.json, read at Load()) when it is present,
   // well-formed and made for these weights; null otherwise, and int8_calibration_status() says
   // why (NOT_FOUND: no file; INVALID_ARGUMENT: malformed; FAILED_PRECONDITION: other weights or
@@ -97,6 +103,7 @@ class Model {
   std::vector<float> filterbank_;
   std::optional<Featurizer> featurizer_;  // always set once Build() succeeds
   std::shared_ptr<const NgramLm> language_model_;
+  std::shared_ptr<const InverseNormalizer> inverse_normalizer_;
   std::optional<Int8Calibration> int8_calibration_;
   absl::Status int8_calibration_status_ = absl::NotFoundError("no INT8 calibration");
   int64_t samples_per_encoder_frame_ = 0;

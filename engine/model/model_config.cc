@@ -137,6 +137,12 @@ absl::Status ModelConfig::Validate() const {
        language_model == ".." || language_model.find('\0') != std::string::npos)) {
     return Invalid("language_model", "must be a file name in the model folder");
   }
+  if (!inverse_text_normalization.empty() &&
+      (inverse_text_normalization.find('/') != std::string::npos ||
+       inverse_text_normalization == "." || inverse_text_normalization == ".." ||
+       inverse_text_normalization.find('\0') != std::string::npos)) {
+    return Invalid("inverse_text_normalization", "must be a folder name in the model folder");
+  }
   if (feat_in != featurizer.features) {
     return Invalid("encoder.feat_in", absl::StrCat(feat_in, " differs from preprocessor.features ",
                                                    featurizer.features));
@@ -235,6 +241,9 @@ std::string ModelConfigToJson(const ModelConfig& config) {
   root["format_version"] = config.format_version;
   root["name"] = config.name;
   if (!config.language_model.empty()) root["language_model"] = config.language_model;
+  if (!config.inverse_text_normalization.empty()) {
+    root["inverse_text_normalization"] = config.inverse_text_normalization;
+  }
   root["sample_rate"] = f.sample_rate;
   root["labels"] = config.labels;
   root["preprocessor"] = std::move(pre);

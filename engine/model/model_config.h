@@ -39,6 +39,10 @@ struct ModelConfig {
   // engine/decoding/ngram_lm.h (beam search uses it when the server is given no --lm). A plain
   // file name; empty: none.
   std::string language_model;
+  // Optional: a folder in the model folder holding inverse-text-normalization grammars
+  // (engine/text/inverse_normalizer.h; itn.json, tagger.fst, verbalizer.fst). A plain folder
+  // name; empty: none (results stay verbatim whatever a request asks).
+  std::string inverse_text_normalization;
   FeaturizerConfig featurizer;
   int feat_in = 64;                 // encoder input channels (== featurizer.features)
   std::string activation = "relu";  // only relu

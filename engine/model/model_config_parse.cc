@@ -484,9 +484,10 @@ absl::Status ParseDecoder(const json& object, ModelConfig* config) {
 
 absl::Status ParseTop(const json& root, ModelConfig* config) {
   if (!root.is_object()) return Invalid("model.json", "top level is not a JSON object");
-  JASPER_RETURN_IF_ERROR(CheckKeys(root, "",
-                                   {"format_version", "name", "language_model", "sample_rate",
-                                    "labels", "preprocessor", "encoder", "decoder"}));
+  JASPER_RETURN_IF_ERROR(
+      CheckKeys(root, "",
+                {"format_version", "name", "language_model", "inverse_text_normalization",
+                 "sample_rate", "labels", "preprocessor", "encoder", "decoder"}));
   const Section s(root, "");
   JASPER_RETURN_IF_ERROR(s.Int("format_version", true, &config->format_version));
   if (config->format_version != 1) {
@@ -495,6 +496,8 @@ absl::Status ParseTop(const json& root, ModelConfig* config) {
   }
   JASPER_RETURN_IF_ERROR(s.String("name", false, &config->name));
   JASPER_RETURN_IF_ERROR(s.String("language_model", false, &config->language_model));
+  JASPER_RETURN_IF_ERROR(
+      s.String("inverse_text_normalization", false, &config->inverse_text_normalization));
   int sample_rate = 0;
   JASPER_RETURN_IF_ERROR(s.Int("sample_rate", true, &sample_rate));
 
