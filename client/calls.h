@@ -51,6 +51,8 @@ struct CallOptions {
   // RecognitionConfig.enable_separate_recognition_per_channel: each channel of a multi-channel
   // file recognized on its own; the transcript marks each final "[channel N] ...".
   bool separate_channels = false;
+  // RecognitionConfig.inverse_text_normalization: numbers, money, dates... as written.
+  bool itn = false;
   int timeout_ms = 0;    // 0: 60 s + 2 x audio duration
   bool verbose = false;  // print every response to stderr
 };

@@ -60,6 +60,10 @@ ABSL_FLAG(bool, separate_channels, false,
           "Recognize each channel of a multi-channel file on its own "
           "(enable_separate_recognition_per_channel); each final is printed as '[channel N] "
           "text'. Without it the server averages the channels into one.");
+ABSL_FLAG(bool, itn, false,
+          "Written-form transcripts (inverse_text_normalization): numbers, money, dates, times, "
+          "measures, phone numbers, e-mail and URLs as written, e.g. '$23.50' for 'twenty three "
+          "dollars fifty cents'. Needs a model with ITN grammars (the shipped one has them).");
 ABSL_FLAG(std::string, language_code, "en-US", "BCP-47 language code.");
 ABSL_FLAG(int, sample_rate, 0, "Rate of raw (headerless 16-bit mono PCM) files; 0: WAV only.");
 ABSL_FLAG(int, timeout_ms, 0, "Per-call deadline, ms (0: 60 s + 2 x the audio duration).");
@@ -281,6 +285,7 @@ int main(int argc, char** argv) {
   options.decoder = absl::GetFlag(FLAGS_decoder);
   options.max_alternatives = absl::GetFlag(FLAGS_max_alternatives);
   options.separate_channels = absl::GetFlag(FLAGS_separate_channels);
+  options.itn = absl::GetFlag(FLAGS_itn);
   options.speech_events = absl::GetFlag(FLAGS_speech_events);
   options.force_final_every_ms = absl::GetFlag(FLAGS_force_final_every_ms);
   options.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);

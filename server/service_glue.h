@@ -56,6 +56,14 @@ template <typename T>
 struct HasDecoderField<T, std::void_t<decltype(std::declval<const T&>().decoder())>>
     : std::true_type {};
 
+// Whether the API's RecognitionConfig has Riva's `verbatim_transcripts` (Riva does; jasper.asr.v1
+// has `inverse_text_normalization` instead).
+template <typename T, typename = void>
+struct HasVerbatimField : std::false_type {};
+template <typename T>
+struct HasVerbatimField<T, std::void_t<decltype(std::declval<const T&>().verbatim_transcripts())>>
+    : std::true_type {};
+
 // CallConfig from either API's RecognitionConfig. INVALID_ARGUMENT as SetAudioFormat.
 template <typename RecognitionConfig>
 absl::StatusOr<CallConfig> ConfigFromProto(const RecognitionConfig& c) {
@@ -79,6 +87,13 @@ absl::StatusOr<CallConfig> ConfigFromProto(const RecognitionConfig& c) {
     }
   }
   if constexpr (HasDecoderField<RecognitionConfig>::value) config.decoder = c.decoder();
+  // Written form: Riva's default (verbatim_transcripts = false) where the model has grammars;
+  // ours when asked for.
+  if constexpr (HasVerbatimField<RecognitionConfig>::value) {
+    config.itn = c.verbatim_transcripts() ? CallConfig::Itn::kOff : CallConfig::Itn::kIfAvailable;
+  } else {
+    config.itn = c.inverse_text_normalization() ? CallConfig::Itn::kOn : CallConfig::Itn::kOff;
+  }
   // Per-channel recognition: one session per channel, results tagged (ChannelSessions).
   config.separate_channels =
       c.enable_separate_recognition_per_channel() && c.audio_channel_count() > 1;

@@ -408,6 +408,9 @@ absl::StatusOr<StreamingOptions> ServingEngine::SessionOptions(const CallConfig&
   options.decoder.beam =
       decoder == "beam" || !config.boost_phrases.empty() || options.decoder.max_alternatives > 1;
   options.decoder.beam_options = options_.beam;
+  options.inverse_text_normalization =
+      config.itn == CallConfig::Itn::kOn || (config.itn == CallConfig::Itn::kIfAvailable &&
+                                             served.model->inverse_normalizer() != nullptr);
   options.decoder.lm = served.lm;
   if (!config.boost_phrases.empty()) {
     absl::StatusOr<std::shared_ptr<const PhraseBoost>> boost = PhraseBoost::Create(

@@ -65,6 +65,11 @@ struct CallConfig {
   // Alternatives per final result, [0, DecoderConfig::kMaxAlternatives] (0 and 1: one); more
   // than one selects beam search.
   int max_alternatives = 0;
+  // Written-form results (engine/text/inverse_normalizer.h): kOff verbatim; kIfAvailable when
+  // the model has ITN grammars (Riva's verbatim_transcripts = false); kOn required (a model
+  // without grammars is FAILED_PRECONDITION).
+  enum class Itn { kOff, kIfAvailable, kOn };
+  Itn itn = Itn::kOff;
   std::string request_id;
 };
 

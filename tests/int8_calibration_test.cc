@@ -172,6 +172,8 @@ TEST(Int8CalibrationLoadTest, FolderCalibrationIsCheckedAtLoad) {
     std::filesystem::copy_file(std::filesystem::path(shipped) / name,
                                std::filesystem::path(dir.path()) / name);
   }
+  std::filesystem::copy(std::filesystem::path(shipped) / "itn",
+                        std::filesystem::path(dir.path()) / "itn");  // model.json names it
   BackendOptions options;
   options.device = Device::kCpu;
   options.cpu_precision = kernels::Precision::kInt8;

@@ -24,6 +24,7 @@
 #include "engine/model/model.h"
 #include "engine/streaming/window_result.h"
 #include "engine/streaming/windower.h"
+#include "engine/text/inverse_normalizer.h"
 
 namespace jasper {
 
@@ -77,8 +78,9 @@ class StreamDecoder {
   // carry log_probs; the decoder shares its LM and boost). The config should be valid
   // (StreamingOptions::Validate checks it); if not, status() and every DecodeWindow() return
   // CreateCtcDecoder's INVALID_ARGUMENT and nothing is decoded.
+  // `itn` (borrowed, may be null): results in written form (WriteWords/NormalizeText).
   StreamDecoder(const Model* model, int endpoint_silence_frames, bool interim_results,
-                const DecoderConfig& decoder = {});
+                const DecoderConfig& decoder = {}, const InverseNormalizer* itn = nullptr);
 
   // OK, or the decoder config's error (see the constructor).
   const absl::Status& status() const { return status_; }
@@ -105,6 +107,7 @@ class StreamDecoder {
   double FramesToSeconds(int64_t frames) const;
 
   const Model* const model_;
+  const InverseNormalizer* const itn_;  // null: verbatim
   const bool interim_results_;
   const int max_alternatives_;
   const int blank_id_;

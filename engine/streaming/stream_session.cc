@@ -188,6 +188,17 @@ class StreamSession::Impl : public std::enable_shared_from_this<StreamSession::I
 
 namespace {
 
+// Options that need something of the model beyond its geometry.
+absl::Status CheckTextOptions(const Model& model, const StreamingOptions& options) {
+  if (options.inverse_text_normalization && model.inverse_normalizer() == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model '", model.config().name,
+                     "' has no inverse text normalization grammars (model.json "
+                     "inverse_text_normalization; tools/export_itn.py makes them)"));
+  }
+  return absl::OkStatus();
+}
+
 // Compressed audio: queued bytes are counted as if they held this many samples per second of
 // 32 kbit/s (a low-bitrate stream: the estimate errs toward holding fewer bytes).
 constexpr double kCompressedBytesPerSecond = 4000.0;
@@ -228,7 +239,8 @@ StreamSession::Impl::Impl(std::shared_ptr<const Model> model, Scheduler* schedul
       input_(std::move(input)),
       windower_(model_.get(), geometry, options.max_inflight_windows),
       decoder_(model_.get(), model_->EncoderFramesCeil(options.endpoint_silence_ms),
-               options.interim_results, options.decoder),
+               options.interim_results, options.decoder,
+               options.inverse_text_normalization ? model_->inverse_normalizer().get() : nullptr),
       callbacks_(std::move(callbacks)) {}
 
 absl::Status StreamSession::Impl::Init(const WindowGeometry& geometry) {
@@ -717,6 +729,7 @@ absl::StatusOr<std::unique_ptr<StreamSession>> StreamSession::Create(
   }
   if (!callbacks.on_done) return absl::InvalidArgumentError("StreamSession: on_done is required");
   JASPER_RETURN_IF_ERROR(options.Validate());
+  JASPER_RETURN_IF_ERROR(CheckTextOptions(*model, options));
   absl::StatusOr<std::unique_ptr<AudioInput>> input =
       AudioInput::Create(format, model->config().featurizer.sample_rate,
                          DecodeSamplesPerCall(options, model->config().featurizer.sample_rate));
@@ -732,6 +745,7 @@ absl::StatusOr<std::unique_ptr<StreamSession>> StreamSession::Create(
 
 absl::Status StreamSession::CheckOptions(const Model& model, const StreamingOptions& options) {
   JASPER_RETURN_IF_ERROR(options.Validate());
+  JASPER_RETURN_IF_ERROR(CheckTextOptions(model, options));
   absl::StatusOr<WindowGeometry> geometry = WindowGeometry::Create(
       model, options.chunk_ms, options.left_context_ms, options.right_context_ms);
   if (!geometry.ok()) return geometry.status();

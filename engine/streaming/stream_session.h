@@ -85,6 +85,10 @@ struct StreamingOptions {
   // Greedy CTC (default) or beam search with an LM and boosts (the backend must keep its
   // log-probabilities; the LM and boost are shared and must outlive the session).
   DecoderConfig decoder;
+  // Results in written form ("$23.50", engine/text/inverse_normalizer.h) with the model's ITN
+  // grammars: finals (words keep the times of the spoken words they replace) and interims.
+  // Create() fails with FAILED_PRECONDITION when the model has none.
+  bool inverse_text_normalization = false;
 
   // INVALID_ARGUMENT naming the field.
   absl::Status Validate() const;

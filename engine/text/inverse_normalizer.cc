@@ -301,7 +301,10 @@ absl::StatusOr<std::unique_ptr<fst::StdVectorFst>> ReadFst(const std::filesystem
     return absl::InvalidArgumentError(
         absl::StrCat(path.string(), ": not an OpenFst vector FST with standard arcs"));
   }
-  if (f->Properties(fst::kILabelSorted, true) != fst::kILabelSorted) {
+  // Every property computed now: an OpenFst algorithm that tests an unknown property stores it
+  // in the FST, which would be a write to an FST that sessions share.
+  f->Properties(fst::kFstProperties, true);
+  if (f->Properties(fst::kILabelSorted, false) != fst::kILabelSorted) {
     return absl::InvalidArgumentError(
         absl::StrCat(path.string(),
                      ": arcs are not sorted by input label (tools/export_itn.py "

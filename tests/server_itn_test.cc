@@ -1,0 +1,232 @@
+// Inverse text normalization through the real server over loopback gRPC (issue 30), on the
+// shipped model (which names its ITN grammars in model.json) beside the fixture model (which has
+// none): written-form transcripts when asked for on our API (offline and streaming, finals and
+// interims), Riva's verbatim_transcripts semantics, word times that span the spoken words a
+// written word replaces, and FAILED_PRECONDITION for a model without grammars.
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/text/inverse_normalizer.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "jasper/asr/v1/asr.grpc.pb.h"
+#include "riva/proto/riva_asr.grpc.pb.h"
+#include "server/jasper_server.h"
+#include "tests/server_test_util.h"
+
+namespace jasper::server {
+namespace {
+
+namespace pb = ::jasper::asr::v1;
+namespace rasr = ::nvidia::riva::asr;
+namespace fs = std::filesystem;
+using ::jasper::test_util::DeadlineIn;
+using ::jasper::test_util::ReadFileBytes;
+using ::testing::HasSubstr;
+
+const fs::path kRoot = JASPER_SOURCE_DIR;
+const fs::path kShipped = kRoot / "models/quartznet_en_tts_small";
+// espeak-ng sentences with numbers (tests/fixtures/itn/*.wav, 16 kHz mono; README there).
+const char* const kNumberWavs[] = {"dollars.wav", "phone.wav", "time.wav", "years.wav"};
+
+struct Words {
+  std::string transcript;
+  std::vector<std::string> words;
+  std::vector<int64_t> start_ms, end_ms;
+};
+
+class ServerItnTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ServerOptions o;
+    o.listen_address = "127.0.0.1:0";
+    o.model_dir = kShipped.string();
+    o.extra_model_dirs = {test_util::ServerTestModelDir()};  // quartznet_small: no grammars
+    o.warmup = false;
+    o.decoder = "beam";  // with the folder's LM the shipped model spells the numbers right
+    auto server = JasperServer::Start(o);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                       grpc::InsecureChannelCredentials());
+    asr_ = pb::Asr::NewStub(channel).release();
+    riva_ = rasr::RivaSpeechRecognition::NewStub(channel).release();
+    auto itn = InverseNormalizer::Load((kShipped / "itn").string());
+    ASSERT_TRUE(itn.ok()) << itn.status();
+    itn_ = itn->release();
+  }
+  static void TearDownTestSuite() {
+    delete asr_;
+    delete riva_;
+    delete server_;
+    delete itn_;
+  }
+
+  // Recognize on our API with word times; the finals joined.
+  static Words Ours(const fs::path& wav, bool itn, grpc::Status* status = nullptr,
+                    const std::string& model = "") {
+    pb::RecognizeRequest request;
+    request.mutable_config()->set_enable_word_time_offsets(true);
+    request.mutable_config()->set_inverse_text_normalization(itn);
+    request.mutable_config()->set_model(model);
+    request.set_audio(ReadFileBytes(wav));
+    pb::RecognizeResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn());
+    const grpc::Status s = asr_->Recognize(&context, request, &response);
+    if (status != nullptr) *status = s;
+    EXPECT_TRUE(status != nullptr || s.ok()) << s.error_message();
+    Words out;
+    for (const auto& r : response.results()) {
+      if (!out.transcript.empty()) out.transcript += " ";
+      out.transcript += r.alternatives(0).transcript();
+      for (const auto& w : r.alternatives(0).words()) {
+        out.words.push_back(w.word());
+        out.start_ms.push_back(w.start_time());
+        out.end_ms.push_back(w.end_time());
+      }
+    }
+    return out;
+  }
+
+  // Riva Recognize; verbatim_transcripts as given (Riva's default is false).
+  static std::string Riva(const fs::path& wav, bool verbatim, const std::string& model = "") {
+    rasr::RecognizeRequest request;
+    request.mutable_config()->set_verbatim_transcripts(verbatim);
+    request.mutable_config()->set_model(model);
+    request.set_audio(ReadFileBytes(wav));
+    rasr::RecognizeResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn());
+    const grpc::Status s = riva_->Recognize(&context, request, &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    std::string text;
+    for (const auto& r : response.results()) {
+      if (!text.empty()) text += " ";
+      text += r.alternatives(0).transcript();
+    }
+    return text;
+  }
+
+  // StreamingRecognize on our API with interim results: the transcripts in order, finals
+  // prefixed "F ".
+  static std::vector<std::string> Stream(const fs::path& wav, bool itn) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn());
+    auto stream = asr_->StreamingRecognize(&context);
+    pb::StreamingRecognizeRequest config = test_util::StreamConfig(/*interim=*/true);
+    config.mutable_streaming_config()->mutable_config()->set_inverse_text_normalization(itn);
+    EXPECT_TRUE(stream->Write(config));
+    for (const std::string& chunk : test_util::AudioChunks(ReadFileBytes(wav))) {
+      EXPECT_TRUE(stream->Write(test_util::StreamAudio(chunk)));
+    }
+    stream->WritesDone();
+    std::vector<std::string> out;
+    pb::StreamingRecognizeResponse response;
+    while (stream->Read(&response)) {
+      for (const auto& r : response.results()) {
+        if (r.alternatives_size() == 0) continue;
+        out.push_back((r.is_final() ? "F " : "I ") + r.alternatives(0).transcript());
+      }
+    }
+    const grpc::Status s = stream->Finish();
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return out;
+  }
+
+  static inline JasperServer* server_ = nullptr;
+  static inline pb::Asr::Stub* asr_ = nullptr;
+  static inline rasr::RivaSpeechRecognition::Stub* riva_ = nullptr;
+  static inline const InverseNormalizer* itn_ = nullptr;
+};
+
+// The written transcript is the normalizer's output for the spoken one, and each written word
+// starts where a spoken word starts and ends where a (later or same) spoken word ends.
+TEST_F(ServerItnTest, OfflineResultsAreWrittenWithWordTimesOfTheirSpokenWords) {
+  int converted = 0;
+  for (const char* name : kNumberWavs) {
+    const fs::path wav = kRoot / "tests/fixtures/itn" / name;
+    const Words spoken = Ours(wav, /*itn=*/false);
+    const Words written = Ours(wav, /*itn=*/true);
+    ASSERT_FALSE(spoken.words.empty()) << name;
+    EXPECT_EQ(written.transcript, itn_->NormalizeText(spoken.transcript)) << name;
+    if (written.transcript != spoken.transcript) ++converted;
+    size_t next = 0;  // the first spoken word not yet covered
+    for (size_t i = 0; i < written.words.size(); ++i) {
+      ASSERT_LT(next, spoken.words.size()) << name;
+      EXPECT_EQ(written.start_ms[i], spoken.start_ms[next]) << name << " " << written.words[i];
+      size_t last = next;
+      while (last + 1 < spoken.words.size() && spoken.end_ms[last] < written.end_ms[i]) ++last;
+      EXPECT_EQ(written.end_ms[i], spoken.end_ms[last]) << name << " " << written.words[i];
+      next = last + 1;
+    }
+    EXPECT_EQ(next, spoken.words.size()) << name;
+  }
+  EXPECT_GE(converted, 3);  // the model hears most of the numbers; they come out as digits
+}
+
+TEST_F(ServerItnTest, TheDollarSentenceReadsAsWritten) {
+  const Words written = Ours(kRoot / "tests/fixtures/itn/dollars.wav", /*itn=*/true);
+  EXPECT_THAT(written.transcript, HasSubstr("$23"));
+  EXPECT_THAT(written.words, ::testing::Contains("$23"));
+}
+
+// Finals are never dropped, so they pair up with a verbatim run's; interims may be replaced by
+// newer ones before they go out, so they are only checked to be written.
+TEST_F(ServerItnTest, StreamingFinalsAndInterimsAreWrittenToo) {
+  const fs::path wav = kRoot / "tests/fixtures/itn/dollars.wav";
+  auto finals = [](const std::vector<std::string>& results) {
+    std::vector<std::string> out;
+    for (const std::string& r : results) {
+      if (r[0] == 'F') out.push_back(r.substr(2));
+    }
+    return out;
+  };
+  const std::vector<std::string> spoken = Stream(wav, /*itn=*/false);
+  const std::vector<std::string> written = Stream(wav, /*itn=*/true);
+  const std::vector<std::string> spoken_finals = finals(spoken);
+  const std::vector<std::string> written_finals = finals(written);
+  ASSERT_FALSE(spoken_finals.empty());
+  ASSERT_EQ(written_finals.size(), spoken_finals.size());
+  for (size_t i = 0; i < spoken_finals.size(); ++i) {
+    EXPECT_EQ(written_finals[i], itn_->NormalizeText(spoken_finals[i]));
+  }
+  EXPECT_THAT(absl::StrJoin(written_finals, " "), HasSubstr("$23"));
+  int interims_with_digits = 0;
+  for (const std::string& r : written) {
+    if (r[0] == 'I' && r.find_first_of("0123456789") != std::string::npos) ++interims_with_digits;
+    if (r[0] == 'I') EXPECT_EQ(r.find("twenty three"), std::string::npos) << r;
+  }
+  EXPECT_GE(interims_with_digits, 1);
+}
+
+// Riva: verbatim_transcripts = false (the proto default) asks for written form where the model
+// has grammars; true keeps the spoken words.
+TEST_F(ServerItnTest, RivaVerbatimTranscriptsSwitchesIt) {
+  const fs::path wav = kRoot / "tests/fixtures/itn/dollars.wav";
+  const std::string spoken = Ours(wav, false).transcript;
+  EXPECT_EQ(Riva(wav, /*verbatim=*/true), spoken);
+  EXPECT_EQ(Riva(wav, /*verbatim=*/false), itn_->NormalizeText(spoken));
+  EXPECT_NE(itn_->NormalizeText(spoken), spoken);
+  // A model without grammars stays verbatim for Riva's default.
+  const std::string fox = Riva(test_util::ServerTestWavPath(), false, "quartznet_small");
+  EXPECT_EQ(fox, Riva(test_util::ServerTestWavPath(), true, "quartznet_small"));
+}
+
+TEST_F(ServerItnTest, OursOnAModelWithoutGrammarsIsFailedPrecondition) {
+  grpc::Status status;
+  Ours(test_util::ServerTestWavPath(), /*itn=*/true, &status, "quartznet_small");
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("inverse text normalization"));
+  // The same request without it works.
+  Ours(test_util::ServerTestWavPath(), /*itn=*/false, &status, "quartznet_small");
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+}  // namespace
+}  // namespace jasper::server
