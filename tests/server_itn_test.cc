@@ -16,8 +16,8 @@
 #include "gtest/gtest.h"
 #include "jasper/asr/v1/asr.grpc.pb.h"
 #include "riva/proto/riva_asr.grpc.pb.h"
-#include "server/jasper_server.h"
 #include "tests/server_test_util.h"
+#include "tests/shipped_model_server.h"
 
 namespace jasper::server {
 namespace {
@@ -30,7 +30,6 @@ using ::jasper::test_util::ReadFileBytes;
 using ::testing::HasSubstr;
 
 const fs::path kRoot = JASPER_SOURCE_DIR;
-const fs::path kShipped = kRoot / "models/quartznet_en_tts_small";
 // espeak-ng sentences with numbers (tests/fixtures/itn/*.wav, 16 kHz mono; README there).
 const char* const kNumberWavs[] = {"dollars.wav", "phone.wav", "time.wav", "years.wav"};
 
@@ -40,30 +39,19 @@ struct Words {
   std::vector<int64_t> start_ms, end_ms;
 };
 
-class ServerItnTest : public ::testing::Test {
+class ServerItnTest : public test_util::ShippedModelServerTest {
  protected:
   static void SetUpTestSuite() {
-    ServerOptions o;
-    o.listen_address = "127.0.0.1:0";
-    o.model_dir = kShipped.string();
+    ServerOptions o = ShippedOptions();
     o.extra_model_dirs = {test_util::ServerTestModelDir()};  // quartznet_small: no grammars
-    o.warmup = false;
     o.decoder = "beam";  // with the folder's LM the shipped model spells the numbers right
-    auto server = JasperServer::Start(o);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
-    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
-                                       grpc::InsecureChannelCredentials());
-    asr_ = pb::Asr::NewStub(channel).release();
-    riva_ = rasr::RivaSpeechRecognition::NewStub(channel).release();
-    auto itn = InverseNormalizer::Load((kShipped / "itn").string());
+    StartServer(o);
+    auto itn = InverseNormalizer::Load((ShippedModelDir() / "itn").string());
     ASSERT_TRUE(itn.ok()) << itn.status();
     itn_ = itn->release();
   }
   static void TearDownTestSuite() {
-    delete asr_;
-    delete riva_;
-    delete server_;
+    ShippedModelServerTest::TearDownTestSuite();
     delete itn_;
   }
 
@@ -139,9 +127,6 @@ class ServerItnTest : public ::testing::Test {
     return out;
   }
 
-  static inline JasperServer* server_ = nullptr;
-  static inline pb::Asr::Stub* asr_ = nullptr;
-  static inline rasr::RivaSpeechRecognition::Stub* riva_ = nullptr;
   static inline const InverseNormalizer* itn_ = nullptr;
 };
 

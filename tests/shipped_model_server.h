@@ -19,12 +19,20 @@ namespace jasper::test_util {
 
 class ShippedModelServerTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  static std::filesystem::path ShippedModelDir() {
+    return std::filesystem::path(JASPER_SOURCE_DIR) / "models/quartznet_en_tts_small";
+  }
+  // The suite's server options: the shipped model on loopback, no warm-up.
+  static server::ServerOptions ShippedOptions() {
     server::ServerOptions o;
     o.listen_address = "127.0.0.1:0";
-    o.model_dir =
-        (std::filesystem::path(JASPER_SOURCE_DIR) / "models/quartznet_en_tts_small").string();
+    o.model_dir = ShippedModelDir().string();
     o.warmup = false;
+    return o;
+  }
+  static void SetUpTestSuite() { StartServer(ShippedOptions()); }
+  // A suite that needs other options calls this from its own SetUpTestSuite.
+  static void StartServer(const server::ServerOptions& o) {
     auto server = server::JasperServer::Start(o);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
