@@ -81,6 +81,7 @@ void FillConfig(const AudioFile& file, const CallOptions& options, asr::Recognit
   config->set_max_alternatives(options.max_alternatives);
   config->set_enable_separate_recognition_per_channel(options.separate_channels);
   config->set_inverse_text_normalization(options.itn);
+  config->set_enable_automatic_punctuation(options.punctuation);
 }
 
 // A final result's alternatives after the first, into result->alternatives.

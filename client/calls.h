@@ -53,6 +53,8 @@ struct CallOptions {
   bool separate_channels = false;
   // RecognitionConfig.inverse_text_normalization: numbers, money, dates... as written.
   bool itn = false;
+  // RecognitionConfig.enable_automatic_punctuation: marks . , ? and capitals.
+  bool punctuation = false;
   int timeout_ms = 0;    // 0: 60 s + 2 x audio duration
   bool verbose = false;  // print every response to stderr
 };

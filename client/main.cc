@@ -64,6 +64,10 @@ ABSL_FLAG(bool, itn, false,
           "Written-form transcripts (inverse_text_normalization): numbers, money, dates, times, "
           "measures, phone numbers, e-mail and URLs as written, e.g. '$23.50' for 'twenty three "
           "dollars fifty cents'. Needs a model with ITN grammars (the shipped one has them).");
+ABSL_FLAG(bool, punctuation, false,
+          "Punctuated, capitalized transcripts (enable_automatic_punctuation): . , ? and "
+          "capitals, after --itn when both are given. Needs a model with a punctuation model "
+          "(the shipped one has one).");
 ABSL_FLAG(std::string, language_code, "en-US", "BCP-47 language code.");
 ABSL_FLAG(int, sample_rate, 0, "Rate of raw (headerless 16-bit mono PCM) files; 0: WAV only.");
 ABSL_FLAG(int, timeout_ms, 0, "Per-call deadline, ms (0: 60 s + 2 x the audio duration).");
@@ -286,6 +290,7 @@ int main(int argc, char** argv) {
   options.max_alternatives = absl::GetFlag(FLAGS_max_alternatives);
   options.separate_channels = absl::GetFlag(FLAGS_separate_channels);
   options.itn = absl::GetFlag(FLAGS_itn);
+  options.punctuation = absl::GetFlag(FLAGS_punctuation);
   options.speech_events = absl::GetFlag(FLAGS_speech_events);
   options.force_final_every_ms = absl::GetFlag(FLAGS_force_final_every_ms);
   options.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);

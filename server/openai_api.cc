@@ -94,7 +94,25 @@ struct TranscriptionForm {
   std::string language;
   std::string format = "json";
   bool words = false;
+  // Written form and punctuation: jasper's form fields (OpenAI's API has none), off unless
+  // asked for, as on the gRPC APIs.
+  CallConfig::Stage itn = CallConfig::Stage::kOff;
+  CallConfig::Stage punctuation = CallConfig::Stage::kOff;
 };
+
+// A jasper form field's boolean: true asks for the stage (FAILED_PRECONDITION without it),
+// false turns it off.
+absl::Status ParseStage(const std::string& name, const std::string& value,
+                        CallConfig::Stage* stage) {
+  if (value == "true") {
+    *stage = CallConfig::Stage::kOn;
+  } else if (value == "false") {
+    *stage = CallConfig::Stage::kOff;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(name, " must be true or false"));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<TranscriptionForm> ParseForm(const HttpRequest& request, ServingEngine* engine) {
   absl::StatusOr<std::string> boundary = FormBoundary(request.Header("content-type"));
@@ -129,6 +147,10 @@ absl::StatusOr<TranscriptionForm> ParseForm(const HttpRequest& request, ServingE
         return absl::InvalidArgumentError(
             "stream=true is not supported here; stream audio over gRPC (StreamingRecognize)");
       }
+    } else if (p.name == "inverse_text_normalization") {
+      if (absl::Status s = ParseStage(p.name, value, &form.itn); !s.ok()) return s;
+    } else if (p.name == "enable_automatic_punctuation") {
+      if (absl::Status s = ParseStage(p.name, value, &form.punctuation); !s.ok()) return s;
     } else if (p.name == "prompt" || p.name == "chunking_strategy" || p.name == "include[]") {
       // Accepted for compatibility; recognition does not use them (docs/HTTP.md).
     } else {
@@ -241,6 +263,8 @@ class TranscriptionCall final : public OfflineCallCore {
     if (absl::Status s = SetAudioFormat(encoding, 0, 0, &config); !s.ok()) return s;
     config.word_time_offsets = true;  // segments' times come from the words
     config.request_id = "http";
+    config.itn = form_.itn;
+    config.punctuation = form_.punctuation;
     return config;
   }
   absl::string_view RequestAudio() const override {

@@ -90,10 +90,13 @@ absl::StatusOr<CallConfig> ConfigFromProto(const RecognitionConfig& c) {
   // Written form: Riva's default (verbatim_transcripts = false) where the model has grammars;
   // ours when asked for.
   if constexpr (HasVerbatimField<RecognitionConfig>::value) {
-    config.itn = c.verbatim_transcripts() ? CallConfig::Itn::kOff : CallConfig::Itn::kIfAvailable;
+    config.itn =
+        c.verbatim_transcripts() ? CallConfig::Stage::kOff : CallConfig::Stage::kIfAvailable;
   } else {
-    config.itn = c.inverse_text_normalization() ? CallConfig::Itn::kOn : CallConfig::Itn::kOff;
+    config.itn = c.inverse_text_normalization() ? CallConfig::Stage::kOn : CallConfig::Stage::kOff;
   }
+  config.punctuation =
+      c.enable_automatic_punctuation() ? CallConfig::Stage::kOn : CallConfig::Stage::kOff;
   // Per-channel recognition: one session per channel, results tagged (ChannelSessions).
   config.separate_channels =
       c.enable_separate_recognition_per_channel() && c.audio_channel_count() > 1;

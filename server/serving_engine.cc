@@ -408,9 +408,13 @@ absl::StatusOr<StreamingOptions> ServingEngine::SessionOptions(const CallConfig&
   options.decoder.beam =
       decoder == "beam" || !config.boost_phrases.empty() || options.decoder.max_alternatives > 1;
   options.decoder.beam_options = options_.beam;
+  using Stage = CallConfig::Stage;
   options.inverse_text_normalization =
-      config.itn == CallConfig::Itn::kOn || (config.itn == CallConfig::Itn::kIfAvailable &&
-                                             served.model->inverse_normalizer() != nullptr);
+      config.itn == Stage::kOn ||
+      (config.itn == Stage::kIfAvailable && served.model->inverse_normalizer() != nullptr);
+  options.automatic_punctuation =
+      config.punctuation == Stage::kOn ||
+      (config.punctuation == Stage::kIfAvailable && served.model->punctuator() != nullptr);
   options.decoder.lm = served.lm;
   if (!config.boost_phrases.empty()) {
     absl::StatusOr<std::shared_ptr<const PhraseBoost>> boost = PhraseBoost::Create(

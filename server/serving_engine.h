@@ -65,11 +65,15 @@ struct CallConfig {
   // Alternatives per final result, [0, DecoderConfig::kMaxAlternatives] (0 and 1: one); more
   // than one selects beam search.
   int max_alternatives = 0;
-  // Written-form results (engine/text/inverse_normalizer.h): kOff verbatim; kIfAvailable when
-  // the model has ITN grammars (Riva's verbatim_transcripts = false); kOn required (a model
-  // without grammars is FAILED_PRECONDITION).
-  enum class Itn { kOff, kIfAvailable, kOn };
-  Itn itn = Itn::kOff;
+  // A text stage of results: kOff; kIfAvailable when the model has what it needs; kOn required
+  // (a model without it is FAILED_PRECONDITION).
+  enum class Stage { kOff, kIfAvailable, kOn };
+  // Written form (engine/text/inverse_normalizer.h): kIfAvailable is Riva's
+  // verbatim_transcripts = false.
+  Stage itn = Stage::kOff;
+  // Punctuation and capitals (engine/text/punctuator.h), after ITN: kOn is both gRPC APIs'
+  // enable_automatic_punctuation and the HTTP form field of that name.
+  Stage punctuation = Stage::kOff;
   std::string request_id;
 };
 

@@ -172,8 +172,10 @@ TEST(Int8CalibrationLoadTest, FolderCalibrationIsCheckedAtLoad) {
     std::filesystem::copy_file(std::filesystem::path(shipped) / name,
                                std::filesystem::path(dir.path()) / name);
   }
-  std::filesystem::copy(std::filesystem::path(shipped) / "itn",
-                        std::filesystem::path(dir.path()) / "itn");  // model.json names it
+  for (const char* folder : {"itn", "punct"}) {  // model.json names them
+    std::filesystem::copy(std::filesystem::path(shipped) / folder,
+                          std::filesystem::path(dir.path()) / folder);
+  }
   BackendOptions options;
   options.device = Device::kCpu;
   options.cpu_precision = kernels::Precision::kInt8;

@@ -5,7 +5,10 @@ Uses the client library the way NVIDIA's own scripts (transcribe_file.py,
 transcribe_file_offline.py) do: the WAV file is sent as-is, header included, and the
 RecognitionConfig sets neither encoding nor sample_rate_hertz, so the server has to read the
 header. Checks offline and streaming recognition, interim results, word times, the RequestId
-echo, max_alternatives (N-best), GetRivaSpeechRecognitionConfig (what `--list-models` reads),
+echo, max_alternatives (N-best), enable_automatic_punctuation with verbatim_transcripts = false
+(what transcribe_file_offline.py --automatic-punctuation --no-verbatim-transcripts sends: the
+model must have ITN grammars and a punctuation model, as the shipped one does),
+GetRivaSpeechRecognitionConfig (what `--list-models` reads),
 an error status, the grpc.health.v1 service and (with grpcio-reflection installed) server
 reflection.
 
@@ -134,6 +137,34 @@ def test_health_and_reflection(channel):
           "reflection resolves jasper.asr.v1.StreamingRecognizeRequest.force_final")
 
 
+def test_punctuation(asr, path, model):
+    with open(path, "rb") as f:
+        audio = f.read()
+    config = base_config()
+    config.model = model
+    plain = " ".join(r.alternatives[0].transcript
+                     for r in asr.offline_recognize(audio, config).results if r.alternatives)
+    config.enable_automatic_punctuation = True
+    config.verbatim_transcripts = False
+    results = [r.alternatives[0].transcript
+               for r in asr.offline_recognize(audio, config).results if r.alternatives]
+    print(f"     punctuated {path}: {results!r}")
+    check(len(results) >= 1 and all(t[:1].isupper() and t[-1:] in ".?" for t in results),
+          f"--automatic-punctuation: each final of {path} starts with a capital and ends with . or ?")
+    bare = " ".join(results).lower().replace(",", "").replace(".", "").replace("?", "")
+    check(bare.split() == plain.split() or any(c.isdigit() for c in bare),
+          "punctuation changes only capitals and marks (digits aside)")
+    streaming = riva.client.StreamingRecognitionConfig(config=config, interim_results=True)
+    finals = []
+    with riva.client.AudioChunkFileIterator(path, 1600) as chunks:
+        for response in asr.streaming_response_generator(audio_chunks=chunks,
+                                                         streaming_config=streaming):
+            finals += [r.alternatives[0].transcript for r in response.results
+                       if r.is_final and r.alternatives]
+    check(len(finals) >= 1 and all(t[:1].isupper() and t[-1:] in ".?" for t in finals if t),
+          "streaming finals are punctuated too")
+
+
 def test_errors(asr, path):
     with open(path, "rb") as f:
         audio = f.read()
@@ -158,6 +189,7 @@ def main():
     for path in args.audio:
         test_offline(asr, path, model)
         test_streaming(asr, path, model)
+        test_punctuation(asr, path, model)
     test_errors(asr, args.audio[0])
     print(f"{len(failures)} failed" if failures else "all Riva compatibility checks passed")
     return 1 if failures else 0

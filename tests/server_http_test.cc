@@ -62,13 +62,16 @@ class ServerHttpTest : public ::testing::Test {
   static void TearDownTestSuite() { delete server_; }
   static int port() { return server_->http_port(); }
 
-  // The gRPC API's transcript of `wav`.
-  static std::string GrpcTranscript(const std::string& wav) {
+  // The gRPC API's transcript of `wav`: verbatim (both APIs' default), or written and
+  // punctuated.
+  static std::string GrpcTranscript(const std::string& wav, bool verbatim = true) {
     auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
                                        grpc::InsecureChannelCredentials());
     auto stub = asr::v1::Asr::NewStub(channel);
     asr::v1::RecognizeRequest request;
     request.set_audio(wav);
+    request.mutable_config()->set_inverse_text_normalization(!verbatim);
+    request.mutable_config()->set_enable_automatic_punctuation(!verbatim);
     asr::v1::RecognizeResponse response;
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn());
@@ -99,6 +102,30 @@ TEST_F(ServerHttpTest, TranscribesAsGrpcDoesAndKeepsTheConnection) {
   }
   s.Send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_THAT(Body(s.ReadResponse()), HasSubstr("SERVING"));
+}
+
+// jasper's form fields ask for written form and punctuation, as the gRPC fields of the same
+// names do; "false" is the default.
+TEST_F(ServerHttpTest, FormFieldsAskForWrittenFormAndPunctuation) {
+  const std::string wav = ReadFileBytes(kRoot / kWav);
+  const std::string written = GrpcTranscript(wav, /*verbatim=*/false);
+  ASSERT_FALSE(written.empty());
+  EXPECT_NE(written, GrpcTranscript(wav));  // capitals and a closing mark at least
+  Socket s(port());
+  s.Send(FormPost({{"file", "a.wav", wav},
+                   {"inverse_text_normalization", "", "true"},
+                   {"enable_automatic_punctuation", "", "true"},
+                   {"response_format", "", "text"}}));
+  EXPECT_EQ(Body(s.ReadResponse()), written + "\n");
+  s.Send(FormPost({{"file", "a.wav", wav},
+                   {"inverse_text_normalization", "", "false"},
+                   {"enable_automatic_punctuation", "", "false"},
+                   {"response_format", "", "text"}}));
+  EXPECT_EQ(Body(s.ReadResponse()), GrpcTranscript(wav) + "\n");
+  s.Send(FormPost({{"file", "a.wav", wav}, {"enable_automatic_punctuation", "", "yes"}}));
+  const std::string r = s.ReadResponse();
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 400")) << r;
+  EXPECT_THAT(r, HasSubstr("enable_automatic_punctuation must be true or false"));
 }
 
 TEST_F(ServerHttpTest, AnswersExpect100ContinueBeforeTheBody) {

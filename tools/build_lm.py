@@ -65,8 +65,9 @@ def training_sentences():
     return kept, len(sentences) - len(kept), len(refs)
 
 
-def estimate(sentences, order, prune):
-    """{n: {ngram tuple: (log10 p, log10 backoff or None)}} in backoff form."""
+def estimate(sentences, order, prune, prune_lower=False):
+    """{n: {ngram tuple: (log10 p, log10 backoff or None)}} in backoff form. With prune_lower,
+    every order above 1 is count-pruned (prune_all_orders), not only the highest."""
     counts = [collections.Counter() for _ in range(order + 1)]  # counts[n][ngram]
     for s in sentences:
         words = ["<s>"] + s.split() + ["</s>"]
@@ -123,6 +124,11 @@ def estimate(sentences, order, prune):
                 lower = uniform
             p[g] = max(c - d[min(c, 3)], 0.0) / stats[n][h][0] + gam[h] * lower
         prob[n], gamma[n] = p, gam
+    if prune_lower and prune > 1:
+        full = {n: dict.fromkeys(prob[n]) for n in range(2, order + 1)}
+        full[1] = {g: (math.log10(p), None) for g, p in prob[1].items()}
+        full[1][("<s>",)] = (-99.0, None)
+        return prune_all_orders(full, counts, prob, prune)
     result = {}
     for n in range(1, order + 1):
         table = {}
@@ -153,6 +159,47 @@ def estimate(sentences, order, prune):
                 w = (1.0 - num) / max(1.0 - den, 1e-12)
             if w > 0:
                 result[n][g] = (result[n][g][0], math.log10(w))
+    return result
+
+
+def prune_all_orders(model, counts, prob, prune):
+    """Count pruning of every order above 1, in backoff form: an n-gram seen fewer than `prune`
+    times is dropped unless it is the context of a kept longer one; every context's backoff is
+    then recomputed so that each conditional distribution still sums to one:
+      bo(h) = (1 - sum of kept p(w | h)) / (1 - sum over the same w of P(w | h')),
+    with P(w | h') the pruned model's own (backoff) probability. `model` is estimate()'s result
+    before pruning (only its keys are used); returns a new one."""
+    order = max(model)
+    kept = {1: dict(model[1])}
+    for n in range(order, 1, -1):
+        longer = kept.get(n + 1, {})
+        contexts = {g[:-1] for g in longer}
+        kept[n] = {g: model[n][g] for g in model[n]
+                   if counts[n][g] >= prune or g in contexts}
+    result = {n: {g: (math.log10(prob[n][g]) if n > 1 or g != ("<s>",) else -99.0, None)
+                  for g in kept[n]} for n in kept}
+    result[1] = {g: (v[0], None) for g, v in model[1].items()}
+
+    def p_final(g):
+        """P(g[-1] | g[:-1]) in the pruned model (lower orders' backoffs already final)."""
+        n = len(g)
+        if g in result[n]:
+            return 10.0 ** result[n][g][0]
+        h = g[:-1]
+        bo = result[n - 1][h][1] if h in result[n - 1] and result[n - 1][h][1] is not None \
+            else 0.0
+        return 10.0 ** bo * p_final(g[1:])
+
+    for n in range(2, order + 1):
+        mass = collections.defaultdict(lambda: [0.0, 0.0])
+        for g in result[n]:
+            m = mass[g[:-1]]
+            m[0] += prob[n][g]
+            m[1] += p_final(g[1:])
+        for h, (num, den) in mass.items():
+            w = (1.0 - num) / max(1.0 - den, 1e-12)
+            if w > 0 and h in result[n - 1]:
+                result[n - 1][h] = (result[n - 1][h][0], math.log10(w))
     return result
 
 

@@ -95,6 +95,7 @@ def main():
     config["name"] = name
     config.pop("language_model", None)  # the shipped model's LM file is not copied
     config.pop("inverse_text_normalization", None)  # nor its ITN grammars
+    config.pop("punctuation", None)  # nor its punctuation model
     config["encoder"]["jasper"] = [dict(b, residual_mode="add", se=False, groups=1) for b in blocks]
     config["decoder"]["feat_in"] = blocks[-1]["filters"]
     feat_in = config["encoder"]["feat_in"]

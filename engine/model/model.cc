@@ -280,6 +280,12 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir)
     if (!itn.ok()) return WithPrefix(itn.status(), json_path + " inverse_text_normalization");
     std::const_pointer_cast<Model>(*model)->inverse_normalizer_ = *std::move(itn);
   }
+  if (!config->punctuation.empty()) {
+    const std::string punct_dir = (std::filesystem::path(dir) / config->punctuation).string();
+    absl::StatusOr<std::unique_ptr<const Punctuator>> punct = Punctuator::Load(punct_dir);
+    if (!punct.ok()) return WithPrefix(punct.status(), json_path + " punctuation");
+    std::const_pointer_cast<Model>(*model)->punctuator_ = *std::move(punct);
+  }
   // The INT8 calibration, if any: kept with its status, never failing the load.
   Model& loaded = *std::const_pointer_cast<Model>(*model);
   const std::string calibration_path = (std::filesystem::path(dir) / kInt8CalibrationFile).string();

@@ -17,6 +17,7 @@
 #include "engine/model/int8_calibration.h"
 #include "engine/model/model_config.h"
 #include "engine/text/inverse_normalizer.h"
+#include "engine/text/punctuator.h"
 #include "kernels/sub_block.h"
 
 namespace jasper {
@@ -69,6 +70,9 @@ class Model {
   const std::shared_ptr<const InverseNormalizer>& inverse_normalizer() const {
     return inverse_normalizer_;
   }
+  // The folder's punctuation model (config().punctuation), loaded at Load(); null when none.
+  // Shared by every session that asks for punctuated results.
+  const std::shared_ptr<const Punctuator>& punctuator() const { return punctuator_; }
   // The folder's INT8 calibration (int8_calibration.json, read at Load()) when it is present,
   // well-formed and made for these weights; null otherwise, and int8_calibration_status() says
   // why (NOT_FOUND: no file; INVALID_ARGUMENT: malformed; FAILED_PRECONDITION: other weights or
@@ -104,6 +108,7 @@ class Model {
   std::optional<Featurizer> featurizer_;  // always set once Build() succeeds
   std::shared_ptr<const NgramLm> language_model_;
   std::shared_ptr<const InverseNormalizer> inverse_normalizer_;
+  std::shared_ptr<const Punctuator> punctuator_;
   std::optional<Int8Calibration> int8_calibration_;
   absl::Status int8_calibration_status_ = absl::NotFoundError("no INT8 calibration");
   int64_t samples_per_encoder_frame_ = 0;

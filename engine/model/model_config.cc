@@ -137,11 +137,15 @@ absl::Status ModelConfig::Validate() const {
        language_model == ".." || language_model.find('\0') != std::string::npos)) {
     return Invalid("language_model", "must be a file name in the model folder");
   }
-  if (!inverse_text_normalization.empty() &&
-      (inverse_text_normalization.find('/') != std::string::npos ||
-       inverse_text_normalization == "." || inverse_text_normalization == ".." ||
-       inverse_text_normalization.find('\0') != std::string::npos)) {
+  auto folder_name = [](const std::string& name) {
+    return name.find('/') == std::string::npos && name != "." && name != ".." &&
+           name.find('\0') == std::string::npos;
+  };
+  if (!inverse_text_normalization.empty() && !folder_name(inverse_text_normalization)) {
     return Invalid("inverse_text_normalization", "must be a folder name in the model folder");
+  }
+  if (!punctuation.empty() && !folder_name(punctuation)) {
+    return Invalid("punctuation", "must be a folder name in the model folder");
   }
   if (feat_in != featurizer.features) {
     return Invalid("encoder.feat_in", absl::StrCat(feat_in, " differs from preprocessor.features ",
@@ -244,6 +248,7 @@ std::string ModelConfigToJson(const ModelConfig& config) {
   if (!config.inverse_text_normalization.empty()) {
     root["inverse_text_normalization"] = config.inverse_text_normalization;
   }
+  if (!config.punctuation.empty()) root["punctuation"] = config.punctuation;
   root["sample_rate"] = f.sample_rate;
   root["labels"] = config.labels;
   root["preprocessor"] = std::move(pre);

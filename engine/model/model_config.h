@@ -43,6 +43,10 @@ struct ModelConfig {
   // (engine/text/inverse_normalizer.h; itn.json, tagger.fst, verbalizer.fst). A plain folder
   // name; empty: none (results stay verbatim whatever a request asks).
   std::string inverse_text_normalization;
+  // Optional: a folder in the model folder holding a punctuation and capitalization model
+  // (engine/text/punctuator.h; punct.json, lm.bin, case.tsv). A plain folder name; empty: none
+  // (results stay without marks and capitals whatever a request asks).
+  std::string punctuation;
   FeaturizerConfig featurizer;
   int feat_in = 64;                 // encoder input channels (== featurizer.features)
   std::string activation = "relu";  // only relu

@@ -487,7 +487,7 @@ absl::Status ParseTop(const json& root, ModelConfig* config) {
   JASPER_RETURN_IF_ERROR(
       CheckKeys(root, "",
                 {"format_version", "name", "language_model", "inverse_text_normalization",
-                 "sample_rate", "labels", "preprocessor", "encoder", "decoder"}));
+                 "punctuation", "sample_rate", "labels", "preprocessor", "encoder", "decoder"}));
   const Section s(root, "");
   JASPER_RETURN_IF_ERROR(s.Int("format_version", true, &config->format_version));
   if (config->format_version != 1) {
@@ -498,6 +498,7 @@ absl::Status ParseTop(const json& root, ModelConfig* config) {
   JASPER_RETURN_IF_ERROR(s.String("language_model", false, &config->language_model));
   JASPER_RETURN_IF_ERROR(
       s.String("inverse_text_normalization", false, &config->inverse_text_normalization));
+  JASPER_RETURN_IF_ERROR(s.String("punctuation", false, &config->punctuation));
   int sample_rate = 0;
   JASPER_RETURN_IF_ERROR(s.Int("sample_rate", true, &sample_rate));
 

@@ -21,9 +21,9 @@ std::string CollapseSpaces(const std::string& text) {
 }  // namespace
 
 StreamDecoder::StreamDecoder(const Model* model, int endpoint_silence_frames, bool interim_results,
-                             const DecoderConfig& decoder, const InverseNormalizer* itn)
+                             const DecoderConfig& decoder, const TextStages& text)
     : model_(model),
-      itn_(itn),
+      text_(text),
       interim_results_(interim_results),
       max_alternatives_(decoder.max_alternatives),
       blank_id_(model->config().blank_id()),
@@ -93,7 +93,7 @@ void StreamDecoder::EmitInterim(const std::vector<CtcToken>& tokens, bool from_l
   Describe(tokens, /*with_words=*/false, &res);
   if (res.transcript.empty() || res.transcript == last_interim_) return;
   last_interim_ = res.transcript;
-  if (itn_ != nullptr) res.transcript = itn_->NormalizeText(res.transcript);
+  res.transcript = WriteInterim(text_, res.transcript);
   res.is_final = false;
   res.stability = from_lookahead ? 0.5f : 0.9f;
   res.utterance_index = utterance_index_;
@@ -124,10 +124,10 @@ void StreamDecoder::EndUtterance(bool finish, int64_t end_frame, absl::Time audi
       std::string key = CollapseSpaces(alt.transcript);
       if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
       seen.push_back(std::move(key));
-      if (itn_ != nullptr) WriteWords(*itn_, &alt.transcript, &alt.words);
+      WriteFinal(text_, &alt.transcript, &alt.words);
       res.alternatives.push_back({std::move(alt.transcript), alt.confidence, std::move(alt.words)});
     }
-    if (itn_ != nullptr) WriteWords(*itn_, &res.transcript, &res.words);
+    WriteFinal(text_, &res.transcript, &res.words);
     res.is_final = true;
     res.stability = 1.0f;
     res.utterance_index = utterance_index_;

@@ -24,7 +24,7 @@
 #include "engine/model/model.h"
 #include "engine/streaming/window_result.h"
 #include "engine/streaming/windower.h"
-#include "engine/text/inverse_normalizer.h"
+#include "engine/text/written_words.h"
 
 namespace jasper {
 
@@ -78,9 +78,10 @@ class StreamDecoder {
   // carry log_probs; the decoder shares its LM and boost). The config should be valid
   // (StreamingOptions::Validate checks it); if not, status() and every DecodeWindow() return
   // CreateCtcDecoder's INVALID_ARGUMENT and nothing is decoded.
-  // `itn` (borrowed, may be null): results in written form (WriteWords/NormalizeText).
+  // `text`: the post-processing stages of results (borrowed; none by default): written form,
+  // punctuation (engine/text/written_words.h).
   StreamDecoder(const Model* model, int endpoint_silence_frames, bool interim_results,
-                const DecoderConfig& decoder = {}, const InverseNormalizer* itn = nullptr);
+                const DecoderConfig& decoder = {}, const TextStages& text = {});
 
   // OK, or the decoder config's error (see the constructor).
   const absl::Status& status() const { return status_; }
@@ -107,7 +108,7 @@ class StreamDecoder {
   double FramesToSeconds(int64_t frames) const;
 
   const Model* const model_;
-  const InverseNormalizer* const itn_;  // null: verbatim
+  const TextStages text_;  // stages all null: verbatim
   const bool interim_results_;
   const int max_alternatives_;
   const int blank_id_;

@@ -196,6 +196,12 @@ absl::Status CheckTextOptions(const Model& model, const StreamingOptions& option
                      "' has no inverse text normalization grammars (model.json "
                      "inverse_text_normalization; tools/export_itn.py makes them)"));
   }
+  if (options.automatic_punctuation && model.punctuator() == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model '", model.config().name,
+                     "' has no punctuation model (model.json punctuation; "
+                     "tools/build_punct.py makes one)"));
+  }
   return absl::OkStatus();
 }
 
@@ -240,7 +246,9 @@ StreamSession::Impl::Impl(std::shared_ptr<const Model> model, Scheduler* schedul
       windower_(model_.get(), geometry, options.max_inflight_windows),
       decoder_(model_.get(), model_->EncoderFramesCeil(options.endpoint_silence_ms),
                options.interim_results, options.decoder,
-               options.inverse_text_normalization ? model_->inverse_normalizer().get() : nullptr),
+               TextStages{options.inverse_text_normalization ? model_->inverse_normalizer().get()
+                                                             : nullptr,
+                          options.automatic_punctuation ? model_->punctuator().get() : nullptr}),
       callbacks_(std::move(callbacks)) {}
 
 absl::Status StreamSession::Impl::Init(const WindowGeometry& geometry) {

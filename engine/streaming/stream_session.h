@@ -89,6 +89,10 @@ struct StreamingOptions {
   // grammars: finals (words keep the times of the spoken words they replace) and interims.
   // Create() fails with FAILED_PRECONDITION when the model has none.
   bool inverse_text_normalization = false;
+  // Punctuated, capitalized results (engine/text/punctuator.h) with the model's punctuation
+  // model, after ITN: finals, and interims (whose last word gets no mark). Create() fails with
+  // FAILED_PRECONDITION when the model has none.
+  bool automatic_punctuation = false;
 
   // INVALID_ARGUMENT naming the field.
   absl::Status Validate() const;

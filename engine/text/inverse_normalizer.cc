@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "engine/text/manifest_files.h"
 #include "nlohmann/json.hpp"
 
 namespace jasper {
@@ -276,25 +277,6 @@ std::vector<WrittenSpan> Unchanged(absl::Span<const std::string> words) {
   return spans;
 }
 
-absl::Status CheckFile(const std::filesystem::path& path, const nlohmann::json& files) {
-  std::error_code ec;
-  const auto bytes = std::filesystem::file_size(path, ec);
-  if (ec) return absl::NotFoundError(absl::StrCat(path.string(), ": ", ec.message()));
-  const std::string name = path.filename().string();
-  if (!files.contains(name) || !files[name].is_object() || !files[name].contains("bytes") ||
-      !files[name]["bytes"].is_number_unsigned()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("itn.json: files.", name, ".bytes: required (a byte count)"));
-  }
-  const uint64_t want = files[name]["bytes"].get<uint64_t>();
-  if (want != bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", bytes,
-                                                   " bytes, itn.json says ", want,
-                                                   " (a truncated or replaced file)"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<fst::StdVectorFst>> ReadFst(const std::filesystem::path& path) {
   std::unique_ptr<fst::StdVectorFst> f(fst::StdVectorFst::Read(path.string()));
   if (f == nullptr) {
@@ -407,13 +389,14 @@ absl::StatusOr<std::unique_ptr<const InverseNormalizer>> InverseNormalizer::Load
   for (auto [name, slot] :
        {std::pair{"tagger.fst", &fsts->tagger}, std::pair{"verbalizer.fst", &fsts->verbalizer}}) {
     const std::filesystem::path path = root / name;
-    if (absl::Status s = CheckFile(path, manifest["files"]); !s.ok()) return s;
+    if (absl::Status s = CheckListedFile(path, manifest["files"], "itn.json"); !s.ok()) return s;
     absl::StatusOr<std::unique_ptr<fst::StdVectorFst>> f = ReadFst(path);
     if (!f.ok()) return f.status();
     *slot = *std::move(f);
   }
   const std::filesystem::path labels_path = root / "tagger_labels.json";
-  if (absl::Status s = CheckFile(labels_path, manifest["files"]); !s.ok()) return s;
+  if (absl::Status s = CheckListedFile(labels_path, manifest["files"], "itn.json"); !s.ok())
+    return s;
   absl::StatusOr<std::vector<std::string>> labels = ReadLabels(labels_path);
   if (!labels.ok()) return labels.status();
   fsts->tagger_labels = *std::move(labels);

@@ -2,6 +2,9 @@
 
 #include <utility>
 
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
 namespace jasper {
 
 void WriteWords(const InverseNormalizer& itn, std::string* transcript,
@@ -26,6 +29,30 @@ void WriteWords(const InverseNormalizer& itn, std::string* transcript,
   }
   *transcript = JoinWritten(spans);
   *words = std::move(written);
+}
+
+void WriteFinal(const TextStages& stages, std::string* transcript, std::vector<WordInfo>* words) {
+  if (stages.itn != nullptr) WriteWords(*stages.itn, transcript, words);
+  if (stages.punctuator == nullptr) return;
+  if (words->empty()) {
+    *transcript = stages.punctuator->PunctuateText(*transcript, /*complete=*/true);
+    return;
+  }
+  std::vector<std::string> text;
+  text.reserve(words->size());
+  for (const WordInfo& w : *words) text.push_back(w.word);
+  std::vector<std::string> punctuated = stages.punctuator->Punctuate(text, /*complete=*/true);
+  for (size_t i = 0; i < words->size(); ++i) (*words)[i].word = std::move(punctuated[i]);
+  *transcript = absl::StrJoin(*words, " ", [](std::string* out, const WordInfo& w) {
+    if (!w.word.empty()) out->append(w.word);
+  });
+}
+
+std::string WriteInterim(const TextStages& stages, const std::string& transcript) {
+  std::string text = transcript;
+  if (stages.itn != nullptr) text = stages.itn->NormalizeText(text);
+  if (stages.punctuator != nullptr) text = stages.punctuator->PunctuateText(text, false);
+  return text;
 }
 
 }  // namespace jasper

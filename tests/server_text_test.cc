@@ -1,16 +1,20 @@
-// Inverse text normalization through the real server over loopback gRPC (issue 30), on the
-// shipped model (which names its ITN grammars in model.json) beside the fixture model (which has
-// none): written-form transcripts when asked for on our API (offline and streaming, finals and
-// interims), Riva's verbatim_transcripts semantics, word times that span the spoken words a
-// written word replaces, and FAILED_PRECONDITION for a model without grammars.
+// The text stages of results through the real server over loopback gRPC (issue 30), on the
+// shipped model (which names its ITN grammars and punctuation model in model.json) beside the
+// fixture model (which has neither): written-form transcripts when asked for on our API (offline
+// and streaming, finals and interims), Riva's verbatim_transcripts semantics, word times that
+// span the spoken words a written word replaces; then punctuation and capitals after ITN on both
+// APIs (enable_automatic_punctuation), words and times one to one; FAILED_PRECONDITION for a
+// model without grammars or punctuation model.
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/text/inverse_normalizer.h"
+#include "engine/text/punctuator.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -35,11 +39,13 @@ const char* const kNumberWavs[] = {"dollars.wav", "phone.wav", "time.wav", "year
 
 struct Words {
   std::string transcript;
+  std::vector<std::string> finals;
+  std::vector<std::vector<std::string>> final_words;  // each final's words
   std::vector<std::string> words;
   std::vector<int64_t> start_ms, end_ms;
 };
 
-class ServerItnTest : public test_util::ShippedModelServerTest {
+class ServerTextTest : public test_util::ShippedModelServerTest {
  protected:
   static void SetUpTestSuite() {
     ServerOptions o = ShippedOptions();
@@ -49,18 +55,23 @@ class ServerItnTest : public test_util::ShippedModelServerTest {
     auto itn = InverseNormalizer::Load((ShippedModelDir() / "itn").string());
     ASSERT_TRUE(itn.ok()) << itn.status();
     itn_ = itn->release();
+    auto punct = Punctuator::Load((ShippedModelDir() / "punct").string());
+    ASSERT_TRUE(punct.ok()) << punct.status();
+    punct_ = punct->release();
   }
   static void TearDownTestSuite() {
     ShippedModelServerTest::TearDownTestSuite();
     delete itn_;
+    delete punct_;
   }
 
   // Recognize on our API with word times; the finals joined.
   static Words Ours(const fs::path& wav, bool itn, grpc::Status* status = nullptr,
-                    const std::string& model = "") {
+                    const std::string& model = "", bool punctuation = false) {
     pb::RecognizeRequest request;
     request.mutable_config()->set_enable_word_time_offsets(true);
     request.mutable_config()->set_inverse_text_normalization(itn);
+    request.mutable_config()->set_enable_automatic_punctuation(punctuation);
     request.mutable_config()->set_model(model);
     request.set_audio(ReadFileBytes(wav));
     pb::RecognizeResponse response;
@@ -73,7 +84,10 @@ class ServerItnTest : public test_util::ShippedModelServerTest {
     for (const auto& r : response.results()) {
       if (!out.transcript.empty()) out.transcript += " ";
       out.transcript += r.alternatives(0).transcript();
+      out.finals.push_back(r.alternatives(0).transcript());
+      out.final_words.emplace_back();
       for (const auto& w : r.alternatives(0).words()) {
+        out.final_words.back().push_back(w.word());
         out.words.push_back(w.word());
         out.start_ms.push_back(w.start_time());
         out.end_ms.push_back(w.end_time());
@@ -83,9 +97,11 @@ class ServerItnTest : public test_util::ShippedModelServerTest {
   }
 
   // Riva Recognize; verbatim_transcripts as given (Riva's default is false).
-  static std::string Riva(const fs::path& wav, bool verbatim, const std::string& model = "") {
+  static std::string Riva(const fs::path& wav, bool verbatim, const std::string& model = "",
+                          bool punctuation = false) {
     rasr::RecognizeRequest request;
     request.mutable_config()->set_verbatim_transcripts(verbatim);
+    request.mutable_config()->set_enable_automatic_punctuation(punctuation);
     request.mutable_config()->set_model(model);
     request.set_audio(ReadFileBytes(wav));
     rasr::RecognizeResponse response;
@@ -103,12 +119,14 @@ class ServerItnTest : public test_util::ShippedModelServerTest {
 
   // StreamingRecognize on our API with interim results: the transcripts in order, finals
   // prefixed "F ".
-  static std::vector<std::string> Stream(const fs::path& wav, bool itn) {
+  static std::vector<std::string> Stream(const fs::path& wav, bool itn, bool punctuation = false) {
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn());
     auto stream = asr_->StreamingRecognize(&context);
     pb::StreamingRecognizeRequest config = test_util::StreamConfig(/*interim=*/true);
     config.mutable_streaming_config()->mutable_config()->set_inverse_text_normalization(itn);
+    config.mutable_streaming_config()->mutable_config()->set_enable_automatic_punctuation(
+        punctuation);
     EXPECT_TRUE(stream->Write(config));
     for (const std::string& chunk : test_util::AudioChunks(ReadFileBytes(wav))) {
       EXPECT_TRUE(stream->Write(test_util::StreamAudio(chunk)));
@@ -128,11 +146,12 @@ class ServerItnTest : public test_util::ShippedModelServerTest {
   }
 
   static inline const InverseNormalizer* itn_ = nullptr;
+  static inline const Punctuator* punct_ = nullptr;
 };
 
 // The written transcript is the normalizer's output for the spoken one, and each written word
 // starts where a spoken word starts and ends where a (later or same) spoken word ends.
-TEST_F(ServerItnTest, OfflineResultsAreWrittenWithWordTimesOfTheirSpokenWords) {
+TEST_F(ServerTextTest, OfflineResultsAreWrittenWithWordTimesOfTheirSpokenWords) {
   int converted = 0;
   for (const char* name : kNumberWavs) {
     const fs::path wav = kRoot / "tests/fixtures/itn" / name;
@@ -155,7 +174,7 @@ TEST_F(ServerItnTest, OfflineResultsAreWrittenWithWordTimesOfTheirSpokenWords) {
   EXPECT_GE(converted, 3);  // the model hears most of the numbers; they come out as digits
 }
 
-TEST_F(ServerItnTest, TheDollarSentenceReadsAsWritten) {
+TEST_F(ServerTextTest, TheDollarSentenceReadsAsWritten) {
   const Words written = Ours(kRoot / "tests/fixtures/itn/dollars.wav", /*itn=*/true);
   EXPECT_THAT(written.transcript, HasSubstr("$23"));
   EXPECT_THAT(written.words, ::testing::Contains("$23"));
@@ -163,7 +182,7 @@ TEST_F(ServerItnTest, TheDollarSentenceReadsAsWritten) {
 
 // Finals are never dropped, so they pair up with a verbatim run's; interims may be replaced by
 // newer ones before they go out, so they are only checked to be written.
-TEST_F(ServerItnTest, StreamingFinalsAndInterimsAreWrittenToo) {
+TEST_F(ServerTextTest, StreamingFinalsAndInterimsAreWrittenToo) {
   const fs::path wav = kRoot / "tests/fixtures/itn/dollars.wav";
   auto finals = [](const std::vector<std::string>& results) {
     std::vector<std::string> out;
@@ -192,7 +211,7 @@ TEST_F(ServerItnTest, StreamingFinalsAndInterimsAreWrittenToo) {
 
 // Riva: verbatim_transcripts = false (the proto default) asks for written form where the model
 // has grammars; true keeps the spoken words.
-TEST_F(ServerItnTest, RivaVerbatimTranscriptsSwitchesIt) {
+TEST_F(ServerTextTest, RivaVerbatimTranscriptsSwitchesIt) {
   const fs::path wav = kRoot / "tests/fixtures/itn/dollars.wav";
   const std::string spoken = Ours(wav, false).transcript;
   EXPECT_EQ(Riva(wav, /*verbatim=*/true), spoken);
@@ -203,7 +222,7 @@ TEST_F(ServerItnTest, RivaVerbatimTranscriptsSwitchesIt) {
   EXPECT_EQ(fox, Riva(test_util::ServerTestWavPath(), true, "quartznet_small"));
 }
 
-TEST_F(ServerItnTest, OursOnAModelWithoutGrammarsIsFailedPrecondition) {
+TEST_F(ServerTextTest, OursOnAModelWithoutGrammarsIsFailedPrecondition) {
   grpc::Status status;
   Ours(test_util::ServerTestWavPath(), /*itn=*/true, &status, "quartznet_small");
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -211,6 +230,90 @@ TEST_F(ServerItnTest, OursOnAModelWithoutGrammarsIsFailedPrecondition) {
   // The same request without it works.
   Ours(test_util::ServerTestWavPath(), /*itn=*/false, &status, "quartznet_small");
   EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+// Punctuation runs after ITN on each final: its words are the punctuator's output for the written
+// words (a written token such as "may 3" is one word to it), times unchanged; its text is them
+// joined.
+TEST_F(ServerTextTest, OfflinePunctuationFollowsWrittenFormWordForWord) {
+  for (const char* name : kNumberWavs) {
+    const fs::path wav = kRoot / "tests/fixtures/itn" / name;
+    const Words written = Ours(wav, /*itn=*/true);
+    const Words punctuated = Ours(wav, /*itn=*/true, nullptr, "", /*punctuation=*/true);
+    ASSERT_EQ(punctuated.finals.size(), written.finals.size()) << name;
+    for (size_t i = 0; i < written.finals.size(); ++i) {
+      EXPECT_EQ(punctuated.finals[i],
+                absl::StrJoin(punct_->Punctuate(written.final_words[i], true), " "))
+          << name;
+      const char last = punctuated.finals[i].back();
+      EXPECT_TRUE(last == '.' || last == '?') << punctuated.finals[i];
+    }
+    ASSERT_EQ(punctuated.words.size(), written.words.size()) << name;
+    for (size_t i = 0; i < written.words.size(); ++i) {
+      EXPECT_EQ(absl::AsciiStrToLower(punctuated.words[i].substr(0, written.words[i].size())),
+                absl::AsciiStrToLower(written.words[i]))
+          << name;
+      EXPECT_EQ(punctuated.start_ms[i], written.start_ms[i]) << name;
+      EXPECT_EQ(punctuated.end_ms[i], written.end_ms[i]) << name;
+    }
+  }
+  // Without ITN the spoken words are punctuated.
+  const fs::path wav = kRoot / "tests/fixtures/itn/dollars.wav";
+  const Words spoken = Ours(wav, /*itn=*/false);
+  const Words spoken_punctuated = Ours(wav, /*itn=*/false, nullptr, "", /*punctuation=*/true);
+  ASSERT_EQ(spoken_punctuated.finals.size(), spoken.finals.size());
+  for (size_t i = 0; i < spoken.finals.size(); ++i) {
+    EXPECT_EQ(spoken_punctuated.finals[i], punct_->PunctuateText(spoken.finals[i]));
+  }
+}
+
+// Streaming finals are punctuated like offline ones; interims start with a capital and leave
+// their last word without a mark.
+TEST_F(ServerTextTest, StreamingFinalsAndInterimsArePunctuated) {
+  const fs::path wav = kRoot / "tests/fixtures/itn/years.wav";
+  const std::vector<std::string> plain = Stream(wav, /*itn=*/true);
+  const std::vector<std::string> punctuated = Stream(wav, /*itn=*/true, /*punctuation=*/true);
+  std::vector<std::string> plain_finals, punctuated_finals;
+  int interims = 0;
+  for (const std::string& r : plain) {
+    if (r[0] == 'F') plain_finals.push_back(r.substr(2));
+  }
+  for (const std::string& r : punctuated) {
+    if (r[0] == 'F') {
+      punctuated_finals.push_back(r.substr(2));
+      continue;
+    }
+    ++interims;
+    ASSERT_GT(r.size(), 2u);
+    EXPECT_FALSE(absl::ascii_islower(r[2])) << r;
+    EXPECT_TRUE(r.back() != '.' && r.back() != '?' && r.back() != ',') << r;
+  }
+  EXPECT_GE(interims, 1);
+  ASSERT_FALSE(plain_finals.empty());
+  ASSERT_EQ(punctuated_finals.size(), plain_finals.size());
+  for (size_t i = 0; i < plain_finals.size(); ++i) {
+    EXPECT_EQ(punctuated_finals[i], punct_->PunctuateText(plain_finals[i]));
+  }
+}
+
+// Riva's enable_automatic_punctuation, with its default written form: digits, capitals, marks.
+TEST_F(ServerTextTest, RivaAutomaticPunctuationGivesPunctuatedWrittenText) {
+  const fs::path wav = kRoot / "tests/fixtures/itn/dollars.wav";
+  const std::string text = Riva(wav, /*verbatim=*/false, "", /*punctuation=*/true);
+  const Words ours = Ours(wav, /*itn=*/true, nullptr, "", /*punctuation=*/true);
+  EXPECT_EQ(text, ours.transcript);
+  EXPECT_THAT(text, HasSubstr("$23"));
+  ASSERT_FALSE(text.empty());
+  EXPECT_TRUE(absl::ascii_isupper(text[0])) << text;
+  EXPECT_TRUE(text.back() == '.' || text.back() == '?') << text;
+}
+
+TEST_F(ServerTextTest, PunctuationOnAModelWithoutOneIsFailedPrecondition) {
+  grpc::Status status;
+  Ours(test_util::ServerTestWavPath(), /*itn=*/false, &status, "quartznet_small",
+       /*punctuation=*/true);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("punctuation"));
 }
 
 }  // namespace

@@ -1,0 +1,362 @@
+#include "engine/text/punctuator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <utility>
+
+#include "absl/hash/hash.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "engine/text/manifest_files.h"
+#include "nlohmann/json.hpp"
+
+namespace jasper {
+namespace {
+
+constexpr int kFormatVersion = 1;
+constexpr char kMarks[3] = {',', '.', '?'};
+constexpr int kNoMark = -1;
+
+bool IsTerminal(int mark) { return mark == 1 || mark == 2; }
+
+bool HasDigit(absl::string_view word) {
+  return std::any_of(word.begin(), word.end(), [](char c) { return absl::ascii_isdigit(c); });
+}
+
+bool HasUpper(absl::string_view word) {
+  return std::any_of(word.begin(), word.end(), [](char c) { return absl::ascii_isupper(c); });
+}
+
+// An LM state as a hash key: hypotheses with equal states have equal futures, so only the best
+// of them is kept (Viterbi recombination).
+// The sentence's first word is part of the key: it decides the closing mark's evidence.
+struct StateKey {
+  int32_t words[NgramLm::kMaxOrder - 1];
+  int length;
+  int sentence_start;
+  StateKey(const NgramLm::State& s, int start) : length(s.length), sentence_start(start) {
+    std::copy(s.words, s.words + NgramLm::kMaxOrder - 1, words);
+    std::fill(words + length, words + NgramLm::kMaxOrder - 1, 0);
+  }
+  bool operator==(const StateKey& o) const {
+    return length == o.length && sentence_start == o.sentence_start &&
+           std::equal(words, words + length, o.words);
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const StateKey& k) {
+    return H::combine(H::combine_contiguous(std::move(h), k.words, k.length), k.length,
+                      k.sentence_start);
+  }
+};
+
+// One hypothesis after a word: its LM state and score, and how it got there (for the
+// backtrace): the previous word's node, the chosen form and mark.
+struct Node {
+  int parent;
+  int16_t form;
+  int16_t mark;
+};
+
+struct Hyp {
+  NgramLm::State state;
+  double score;
+  int node;
+  int sentence_start;  // index of the current sentence's first word
+};
+
+struct Expansion {
+  NgramLm::State state;
+  double score;
+  int sentence_start;
+  int parent;
+  int16_t form;
+  int16_t mark;
+};
+
+// A sentence-start key's word: lower case, a number as <num>.
+std::string StartWord(absl::string_view word) {
+  return HasDigit(word) ? std::string("<num>") : absl::AsciiStrToLower(word);
+}
+
+bool FiniteIn(const nlohmann::json& v, double lo, double hi) {
+  return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= lo &&
+         v.get<double>() <= hi;
+}
+
+absl::StatusOr<std::ifstream> OpenText(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path.string(), ": cannot open"));
+  return in;
+}
+
+}  // namespace
+
+Punctuator::Punctuator(std::shared_ptr<const NgramLm> lm,
+                       absl::flat_hash_map<std::string, Forms> cases,
+                       absl::flat_hash_map<std::string, StartEvidence> starts)
+    : lm_(std::move(lm)), cases_(std::move(cases)), starts_(std::move(starts)) {
+  for (int m = 0; m < 3; ++m) mark_ids_[m] = lm_->WordId(absl::string_view(&kMarks[m], 1));
+  number_id_ = lm_->WordId("<num>");
+}
+
+absl::StatusOr<std::unique_ptr<const Punctuator>> Punctuator::Load(const std::string& dir) {
+  const std::filesystem::path root(dir);
+  const std::filesystem::path manifest_path = root / "punct.json";
+  std::ifstream in(manifest_path);
+  if (!in) return absl::NotFoundError(absl::StrCat(manifest_path.string(), ": cannot open"));
+  const nlohmann::json manifest = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (manifest.is_discarded() || !manifest.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(manifest_path.string(), ": not a JSON object"));
+  }
+  auto invalid = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(manifest_path.string(), ": ", what));
+  };
+  if (!manifest.contains("format_version") || manifest["format_version"] != kFormatVersion) {
+    return invalid(absl::StrCat("format_version must be ", kFormatVersion));
+  }
+  if (!manifest.contains("marks") || manifest["marks"] != nlohmann::json({",", ".", "?"})) {
+    return invalid("marks must be [\",\", \".\", \"?\"]");
+  }
+  float bias[3];
+  if (!manifest.contains("mark_bias") || !manifest["mark_bias"].is_object()) {
+    return invalid("mark_bias: required ({\",\": b, \".\": b, \"?\": b}, log10 units)");
+  }
+  for (int m = 0; m < 3; ++m) {
+    const std::string mark(1, kMarks[m]);
+    if (!manifest["mark_bias"].contains(mark) || !FiniteIn(manifest["mark_bias"][mark], -10, 10)) {
+      return invalid(absl::StrCat("mark_bias[\"", mark, "\"]: a number in [-10, 10]"));
+    }
+    bias[m] = manifest["mark_bias"][mark].get<float>();
+  }
+  if (!manifest.contains("question_weight") || !FiniteIn(manifest["question_weight"], 0, 10)) {
+    return invalid("question_weight: a number in [0, 10]");
+  }
+  std::string names[3];
+  const char* keys[3] = {"language_model", "case_table", "sentence_starts"};
+  for (int k = 0; k < 3; ++k) {
+    if (!manifest.contains(keys[k]) || !manifest[keys[k]].is_string()) {
+      return invalid(absl::StrCat(keys[k], ": required (a file name in the folder)"));
+    }
+    names[k] = manifest[keys[k]].get<std::string>();
+    if (names[k].empty() || names[k].find('/') != std::string::npos) {
+      return invalid(absl::StrCat(keys[k], ": a file name in the folder, not a path"));
+    }
+    if (!manifest.contains("files")) return invalid("files: required (an object)");
+    if (absl::Status s = CheckListedFile(root / names[k], manifest["files"], "punct.json");
+        !s.ok()) {
+      return s;
+    }
+  }
+  absl::StatusOr<std::shared_ptr<const NgramLm>> lm = NgramLm::LoadFile((root / names[0]).string());
+  if (!lm.ok()) return lm.status();
+  for (char mark : kMarks) {
+    if ((*lm)->WordId(absl::string_view(&mark, 1)) == (*lm)->unk_id()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat((root / names[0]).string(), ": no token for the mark \"",
+                       absl::string_view(&mark, 1), "\" (not a punctuation model)"));
+    }
+  }
+
+  const std::filesystem::path table_path = root / names[1];
+  absl::StatusOr<std::ifstream> table = OpenText(table_path);
+  if (!table.ok()) return table.status();
+  absl::flat_hash_map<std::string, Forms> cases;
+  std::string line;
+  for (int number = 1; std::getline(*table, line); ++number) {
+    auto bad = [&](absl::string_view what) {
+      return absl::InvalidArgumentError(absl::StrCat(table_path.string(), ":", number, ": ", what));
+    };
+    std::vector<std::string> fields = absl::StrSplit(line, '\t');
+    if (fields.size() < 2) return bad("want word<TAB>Form[<TAB>form...]");
+    const std::string& key = fields[0];
+    if (key.empty() || HasUpper(key) ||
+        std::any_of(key.begin(), key.end(), [](char c) { return absl::ascii_isspace(c); })) {
+      return bad("the word must be lower case, without spaces");
+    }
+    Forms forms;
+    for (size_t f = 1; f < fields.size(); ++f) {
+      if (absl::AsciiStrToLower(fields[f]) != key) {
+        return bad(absl::StrCat("\"", fields[f], "\" is not a cased form of \"", key, "\""));
+      }
+      if (std::find(forms.text.begin(), forms.text.end(), fields[f]) != forms.text.end()) {
+        return bad(absl::StrCat("\"", fields[f], "\" twice"));
+      }
+      const int id = (*lm)->WordId(fields[f]);
+      if (id == (*lm)->unk_id()) {
+        return bad(absl::StrCat("\"", fields[f], "\" is not in the language model"));
+      }
+      forms.text.push_back(fields[f]);
+      forms.ids.push_back(id);
+    }
+    if (!cases.emplace(key, std::move(forms)).second) return bad("the word is listed twice");
+  }
+
+  const std::filesystem::path starts_path = root / names[2];
+  absl::StatusOr<std::ifstream> starts_in = OpenText(starts_path);
+  if (!starts_in.ok()) return starts_in.status();
+  absl::flat_hash_map<std::string, StartEvidence> starts;
+  for (int number = 1; std::getline(*starts_in, line); ++number) {
+    auto bad = [&](absl::string_view what) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(starts_path.string(), ":", number, ": ", what));
+    };
+    std::vector<std::string> fields = absl::StrSplit(line, '\t');
+    StartEvidence e;
+    if (fields.size() != 3 || fields[0].empty() || !absl::SimpleAtof(fields[1], &e.period) ||
+        !absl::SimpleAtof(fields[2], &e.question) || !std::isfinite(e.period) ||
+        !std::isfinite(e.question) || std::abs(e.period) > 10 || std::abs(e.question) > 10) {
+      return bad("want start<TAB>log10 ratio for .<TAB>log10 ratio for ? (finite, |x| <= 10)");
+    }
+    if (HasUpper(fields[0])) return bad("the start must be lower case");
+    if (!starts.emplace(fields[0], e).second) return bad("the start is listed twice");
+  }
+  auto punctuator = std::unique_ptr<Punctuator>(
+      new Punctuator(*std::move(lm), std::move(cases), std::move(starts)));
+  std::copy(bias, bias + 3, punctuator->mark_bias_);
+  punctuator->question_weight_ = manifest["question_weight"].get<float>();
+  return std::unique_ptr<const Punctuator>(std::move(punctuator));
+}
+
+Punctuator::StartEvidence Punctuator::Evidence(absl::Span<const std::string> words, int first,
+                                               int last) const {
+  while (first <= last && words[first].empty()) ++first;
+  if (first > last) return {};
+  std::string key = StartWord(words[first]);
+  int second = first + 1;
+  while (second <= last && words[second].empty()) ++second;
+  if (second <= last) {
+    if (auto it = starts_.find(absl::StrCat(key, " ", StartWord(words[second])));
+        it != starts_.end()) {
+      return it->second;
+    }
+  }
+  auto it = starts_.find(key);
+  return it == starts_.end() ? StartEvidence{} : it->second;
+}
+
+std::vector<std::string> Punctuator::Punctuate(absl::Span<const std::string> words, bool complete,
+                                               int beam) const {
+  beam = std::max(beam, 1);
+  const NgramLm& lm = *lm_;
+  int last = -1;
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (!words[i].empty()) last = static_cast<int>(i);
+  }
+  std::vector<std::string> out(words.size());
+  if (last < 0) return out;
+
+  // Each word's candidates: its cased forms (display text, LM id).
+  struct Candidate {
+    absl::string_view text;
+    int id;
+  };
+  std::vector<std::vector<Candidate>> candidates(words.size());
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    if (w.empty()) continue;
+    if (HasDigit(w)) {
+      candidates[i].push_back({w, number_id_});
+    } else if (HasUpper(w)) {
+      candidates[i].push_back({w, lm.WordId(w)});
+    } else if (auto it = cases_.find(w); it != cases_.end()) {
+      for (size_t f = 0; f < it->second.text.size(); ++f) {
+        candidates[i].push_back({it->second.text[f], it->second.ids[f]});
+      }
+    } else {
+      candidates[i].push_back({w, lm.WordId(w)});
+    }
+  }
+
+  std::vector<Node> nodes;
+  nodes.reserve(words.size() * beam);
+  std::vector<Hyp> hyps = {{lm.BeginSentence(), 0.0, -1, 0}};
+  std::vector<Expansion> expansions;
+  absl::flat_hash_map<StateKey, int> merged;
+  std::vector<int> node_of_word(words.size(), -1);
+  for (int i = 0; i <= last; ++i) {
+    if (candidates[i].empty()) continue;
+    const bool final_word = i == last;
+    expansions.clear();
+    merged.clear();
+    auto offer = [&](const NgramLm::State& state, double score, int start, int parent, int form,
+                     int mark) {
+      const Expansion e{
+          state, score, start, parent, static_cast<int16_t>(form), static_cast<int16_t>(mark)};
+      auto [it, inserted] =
+          merged.try_emplace(StateKey(state, start), static_cast<int>(expansions.size()));
+      if (inserted) {
+        expansions.push_back(e);
+      } else if (score > expansions[it->second].score) {
+        expansions[it->second] = e;
+      }
+    };
+    for (const Hyp& h : hyps) {
+      for (size_t f = 0; f < candidates[i].size(); ++f) {
+        NgramLm::State after_word;
+        const double word_score = h.score + lm.Score(h.state, candidates[i][f].id, &after_word);
+        if (!(final_word && complete)) {
+          offer(after_word, word_score, h.sentence_start, h.node, f, kNoMark);
+        }
+        if (final_word && !complete) continue;  // an interim's last word: no mark yet
+        const StartEvidence evidence = Evidence(words, h.sentence_start, i);
+        for (int m = 0; m < 3; ++m) {
+          if (final_word && !IsTerminal(m)) continue;
+          NgramLm::State after_mark;
+          double score =
+              word_score + lm.Score(after_word, mark_ids_[m], &after_mark) + mark_bias_[m];
+          if (IsTerminal(m)) {
+            score += question_weight_ * (m == 1 ? evidence.period : evidence.question);
+          }
+          if (final_word) {
+            NgramLm::State end;
+            score += lm.Score(after_mark, lm.eos_id(), &end);
+          }
+          offer(after_mark, score, IsTerminal(m) ? i + 1 : h.sentence_start, h.node, f, m);
+        }
+      }
+    }
+    const size_t keep = std::min<size_t>(beam, expansions.size());
+    std::partial_sort(expansions.begin(), expansions.begin() + keep, expansions.end(),
+                      [](const Expansion& a, const Expansion& b) { return a.score > b.score; });
+    hyps.clear();
+    for (size_t k = 0; k < keep; ++k) {
+      const Expansion& e = expansions[k];
+      nodes.push_back({e.parent, e.form, e.mark});
+      hyps.push_back({e.state, e.score, static_cast<int>(nodes.size()) - 1, e.sentence_start});
+    }
+  }
+
+  // Backtrace from the best hypothesis: the forms and marks, last word first.
+  std::vector<std::pair<int, int>> chosen(words.size(), {0, kNoMark});
+  int node = hyps.front().node;
+  for (int i = last; i >= 0; --i) {
+    if (candidates[i].empty()) continue;
+    chosen[i] = {nodes[node].form, nodes[node].mark};
+    node = nodes[node].parent;
+  }
+  bool sentence_start = true;
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (candidates[i].empty()) continue;
+    std::string text(candidates[i][chosen[i].first].text);
+    if (sentence_start && absl::ascii_islower(text[0])) text[0] = absl::ascii_toupper(text[0]);
+    const int mark = chosen[i].second;
+    if (mark != kNoMark && text.back() != kMarks[mark]) text.push_back(kMarks[mark]);
+    sentence_start = IsTerminal(mark);
+    out[i] = std::move(text);
+  }
+  return out;
+}
+
+std::string Punctuator::PunctuateText(absl::string_view text, bool complete) const {
+  const std::vector<std::string> words = absl::StrSplit(text, ' ', absl::SkipEmpty());
+  return absl::StrJoin(Punctuate(words, complete), " ");
+}
+
+}  // namespace jasper

@@ -1,0 +1,83 @@
+// Punctuation and capitalization of a recognizer's words: "doctor lee paid $23.50 on may 3 1998
+// did he" -> "Doctor Lee paid $23.50 on May 3, 1998. Did he?". The model is a hidden-event n-gram
+// LM (Stolcke & Shriberg 1996): an n-gram LM over cased words with the marks , . ? as tokens of
+// their own, and a case table of each word's cased forms (tools/build_punct.py builds both from
+// English prose). Punctuate() searches (beam search, hypotheses that share an LM state merged)
+// for the most probable token string the LM could have produced from the words: one cased form
+// per word and at most one mark after it. A word that starts a sentence gets a capital first
+// letter. Two additions to the LM's score, tuned on dev text: a bias per placed mark, and for a
+// closing . or ? the evidence of the sentence's first words ("where is ..." ends in ?, which an
+// n-gram ending at the mark cannot see). The folder's files: docs/MODEL_FORMAT.md ("punct/").
+//
+// Input words are as the recognizer (and, when asked, inverse text normalization) wrote them:
+// words in lower case are looked up in the case table, a word with a digit is the LM's number
+// token, and a word with capitals (written by ITN) keeps them. Output words correspond one to one
+// with the input words, so word times stay as they were.
+//
+// Ownership: owns the LM and the case table (immutable after Load). Thread-safety: Punctuate()
+// and PunctuateText() are const and may run concurrently on one instance.
+#ifndef JASPER_ENGINE_TEXT_PUNCTUATOR_H_
+#define JASPER_ENGINE_TEXT_PUNCTUATOR_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "engine/decoding/ngram_lm.h"
+
+namespace jasper {
+
+class Punctuator {
+ public:
+  // Hypotheses kept per word; 8 is within 0.1 F1 point of 64 on the held-out text.
+  static constexpr int kDefaultBeam = 8;
+
+  // Reads DIR/punct.json (format_version 1, marks [",", ".", "?"], mark_bias, question_weight),
+  // the LM it names (jasper-lm binary form; ARPA text when the name ends in .arpa), the case
+  // table (case.tsv) and the sentence-start table (starts.tsv), checking the sizes the manifest
+  // states. NOT_FOUND: a file is missing; INVALID_ARGUMENT: a malformed
+  // manifest or case table, a size mismatch, or an LM without the mark tokens.
+  static absl::StatusOr<std::unique_ptr<const Punctuator>> Load(const std::string& dir);
+
+  // `words`: in order; empty words stay empty and are skipped. `complete`: the words end an
+  // utterance (a final result), so the last one gets a closing . or ?; an interim result passes
+  // false and its last word gets no mark (more words may follow it). Returns
+  // one string per word: its cased form, a mark appended when one follows it. Never fails.
+  std::vector<std::string> Punctuate(absl::Span<const std::string> words, bool complete,
+                                     int beam = kDefaultBeam) const;
+
+  // The words of `text` (split at spaces) punctuated and joined by single spaces.
+  std::string PunctuateText(absl::string_view text, bool complete = true) const;
+
+ private:
+  struct Forms {
+    std::vector<std::string> text;  // the cased forms, most frequent first
+    std::vector<int> ids;           // their LM ids
+  };
+  // log10 P(mark | sentence start) / P(mark) for . and ?.
+  struct StartEvidence {
+    float period = 0;
+    float question = 0;
+  };
+  Punctuator(std::shared_ptr<const NgramLm> lm, absl::flat_hash_map<std::string, Forms> cases,
+             absl::flat_hash_map<std::string, StartEvidence> starts);
+  // The evidence for a sentence that starts at words[first] and ends at words[last].
+  StartEvidence Evidence(absl::Span<const std::string> words, int first, int last) const;
+
+  std::shared_ptr<const NgramLm> lm_;
+  absl::flat_hash_map<std::string, Forms> cases_;  // lower-case word -> forms (not just itself)
+  // "first" or "first second" (lower case, numbers as <num>) -> evidence.
+  absl::flat_hash_map<std::string, StartEvidence> starts_;
+  int mark_ids_[3] = {};       // LM ids of , . ?
+  int number_id_ = 0;          // LM id of <num> (or <unk>)
+  float mark_bias_[3] = {};    // log10 bonus per placed , . ?
+  float question_weight_ = 1;  // weight of StartEvidence
+};
+
+}  // namespace jasper
+
+#endif  // JASPER_ENGINE_TEXT_PUNCTUATOR_H_
