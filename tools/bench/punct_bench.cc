@@ -5,6 +5,7 @@
 //
 //   build/tools/bench/punct_bench [--punct_dir=models/quartznet_en_tts_small/punct]
 //       [--heldout=tests/fixtures/punct/heldout.tsv] [--beam=8] [--passes=5] [--show=0]
+//   build/tools/bench/punct_bench --text="where is the station" [--itn_dir=...]   # one sentence
 //
 // Not a test (tests/punctuator_test.cc holds the goals): a measuring tool for
 // docs/PERFORMANCE.md and the model card.
@@ -18,7 +19,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "engine/text/inverse_normalizer.h"
 #include "engine/text/punctuation_metrics.h"
 #include "engine/text/punctuator.h"
 
@@ -28,6 +31,11 @@ ABSL_FLAG(std::string, heldout, "tests/fixtures/punct/heldout.tsv",
 ABSL_FLAG(int, beam, jasper::Punctuator::kDefaultBeam, "Hypotheses kept per word.");
 ABSL_FLAG(int, passes, 5, "Timed passes over all passages (the median is printed).");
 ABSL_FLAG(int, show, 0, "Print this many passages: output and reference.");
+ABSL_FLAG(std::string, text, "",
+          "Instead of measuring: print this sentence (lower-case words) written (with --itn_dir) "
+          "and punctuated, as a final result would be.");
+ABSL_FLAG(std::string, itn_dir, "models/quartznet_en_tts_small/itn",
+          "ITN grammars applied before punctuation with --text (empty: none).");
 
 namespace {
 
@@ -48,6 +56,25 @@ int main(int argc, char** argv) {
     return 1;
   }
   const double load_ms = 1e3 * (CpuSeconds() - t0);
+  if (!absl::GetFlag(FLAGS_text).empty()) {
+    std::string text = absl::GetFlag(FLAGS_text);
+    if (!absl::GetFlag(FLAGS_itn_dir).empty()) {
+      auto itn = jasper::InverseNormalizer::Load(absl::GetFlag(FLAGS_itn_dir));
+      if (!itn.ok()) {
+        std::fprintf(stderr, "%s\n", itn.status().ToString().c_str());
+        return 1;
+      }
+      std::vector<std::string> spoken = absl::StrSplit(text, ' ', absl::SkipEmpty());
+      std::vector<std::string> written;
+      for (const jasper::WrittenSpan& span : (*itn)->Normalize(spoken)) {
+        if (!span.text.empty()) written.push_back(span.text);
+      }
+      std::printf("%s\n", absl::StrJoin((*punctuator)->Punctuate(written, true), " ").c_str());
+    } else {
+      std::printf("%s\n", (*punctuator)->PunctuateText(text).c_str());
+    }
+    return 0;
+  }
   std::ifstream in(absl::GetFlag(FLAGS_heldout));
   if (!in) {
     std::fprintf(stderr, "cannot open %s\n", absl::GetFlag(FLAGS_heldout).c_str());
