@@ -9,6 +9,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,8 +27,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path ShippedPunct() {
-  return fs::path(JASPER_SOURCE_DIR) / "models/quartznet_en_tts_small/punct";
+// The shipped folders: punct/ (the hidden-event LM, what model.json names) and punct_cnn/ (the
+// token CNN, the other method).
+constexpr char kCnn[] = "punct_cnn";
+constexpr char kLm[] = "punct";
+
+fs::path ShippedFolder(const std::string& name) {
+  return fs::path(JASPER_SOURCE_DIR) / "models/quartznet_en_tts_small" / name;
 }
 
 struct Passage {
@@ -46,43 +53,61 @@ std::vector<Passage> HeldOut() {
   return passages;
 }
 
-const Punctuator& Shipped() {
-  static const Punctuator* punctuator = [] {
-    absl::StatusOr<std::unique_ptr<const Punctuator>> loaded =
-        Punctuator::Load(ShippedPunct().string());
-    if (!loaded.ok()) {
-      ADD_FAILURE() << loaded.status();
-      return static_cast<const Punctuator*>(nullptr);
-    }
-    return loaded->release();
-  }();
-  return *punctuator;
+const Punctuator& Shipped(const std::string& name) {
+  static auto* loaded = new std::map<std::string, std::unique_ptr<const Punctuator>>();
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<const Punctuator>& slot = (*loaded)[name];
+  if (slot == nullptr) {
+    absl::StatusOr<std::unique_ptr<const Punctuator>> p =
+        Punctuator::Load(ShippedFolder(name).string());
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (p.ok()) slot = *std::move(p);
+  }
+  return *slot;
 }
 
 std::vector<std::string> Words(const std::string& text) {
   return absl::StrSplit(text, ' ', absl::SkipEmpty());
 }
 
-TEST(PunctuatorTest, MeetsTheGoalsOnHeldOutText) {
+// Both methods.
+class PunctuatorTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  const Punctuator& P() const { return Shipped(GetParam()); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Methods, PunctuatorTest, ::testing::Values(kCnn, kLm),
+                         [](const auto& info) {
+                           return std::string(info.param) == kCnn ? "token_cnn" : "lm";
+                         });
+
+TEST_P(PunctuatorTest, HeldOutScoresStayAtTheirMeasuredLevel) {
   const std::vector<Passage> passages = HeldOut();
   ASSERT_GE(passages.size(), 500u);
   PunctuationScores scores;
   for (const Passage& p : passages) {
-    const std::string out = absl::StrJoin(Shipped().Punctuate(p.words, true), " ");
+    const std::string out = absl::StrJoin(P().Punctuate(p.words, true), " ");
     ASSERT_TRUE(ScorePassage(out, p.reference, &scores).ok()) << out << "\n" << p.reference;
   }
-  // Issue 30's goals are . and ? F1 >= 0.7, , F1 >= 0.5, capitals F1 >= 0.85. The shipped
-  // hidden-event LM measures 0.752, 0.306, 0.426 and 0.713 here (docs/PERFORMANCE.md): only the
-  // period meets its goal. These floors keep it from getting worse.
-  EXPECT_GE(scores.marks[1].F1(), 0.73) << "period";
-  EXPECT_GE(scores.marks[2].F1(), 0.28) << "question mark";
-  EXPECT_GE(scores.marks[0].F1(), 0.40) << "comma";
-  EXPECT_GE(scores.capitals.F1(), 0.69) << "capitals";
+  // Issue 30's goals are . and ? F1 >= 0.7, , F1 >= 0.5, capitals F1 >= 0.85. What each method
+  // measures on these passages is in docs/PERFORMANCE.md; these floors, a little under it, keep
+  // either from getting worse unnoticed.
+  struct Floors {
+    double period, question, comma, capitals;
+  };
+  const Floors f = std::string(GetParam()) == kCnn ? Floors{0.73, 0.27, 0.40, 0.69}
+                                                   : Floors{0.73, 0.28, 0.40, 0.69};
+  EXPECT_GE(scores.marks[1].F1(), f.period) << "period";
+  EXPECT_GE(scores.marks[2].F1(), f.question) << "question mark";
+  EXPECT_GE(scores.marks[0].F1(), f.comma) << "comma";
+  EXPECT_GE(scores.capitals.F1(), f.capitals) << "capitals";
+  EXPECT_STREQ(P().method(), std::string(GetParam()) == kCnn ? "token_cnn" : "hidden_event_lm");
 }
 
-TEST(PunctuatorTest, OneWordOutPerWordInWithAClosingMark) {
+TEST_P(PunctuatorTest, OneWordOutPerWordInWithAClosingMark) {
   const std::vector<std::string> in = Words("where did you put the keys i asked you twice");
-  const std::vector<std::string> out = Shipped().Punctuate(in, /*complete=*/true);
+  const std::vector<std::string> out = P().Punctuate(in, /*complete=*/true);
   ASSERT_EQ(out.size(), in.size());
   for (size_t i = 0; i < in.size(); ++i) {
     std::string bare = absl::AsciiStrToLower(out[i]);
@@ -94,25 +119,22 @@ TEST(PunctuatorTest, OneWordOutPerWordInWithAClosingMark) {
   EXPECT_EQ(out.front(), "Where");
   const char last = out.back().back();
   EXPECT_TRUE(last == '.' || last == '?') << out.back();
-  EXPECT_EQ(out[6].substr(0, 1), "I");  // the pronoun, from the case table
-  EXPECT_EQ(Shipped().PunctuateText("how are you"), "How are you?");
-  // The opening decides the closing mark (starts.tsv).
-  EXPECT_EQ(Shipped().PunctuateText("do you know where the station is").back(), '?');
-  EXPECT_EQ(Shipped().PunctuateText("i know where the station is").back(), '.');
+  EXPECT_EQ(out[6].substr(0, 1), "I");  // the pronoun
+  EXPECT_EQ(P().PunctuateText("how are you"), "How are you?");
 }
 
-TEST(PunctuatorTest, InterimsLeaveTheLastWordOpen) {
+TEST_P(PunctuatorTest, InterimsLeaveTheLastWordOpen) {
   const std::vector<std::string> out =
-      Shipped().Punctuate(Words("i went home and then i went to bed"), /*complete=*/false);
+      P().Punctuate(Words("i went home and then i went to bed"), /*complete=*/false);
   ASSERT_FALSE(out.empty());
   EXPECT_EQ(out.back(), "bed");
   EXPECT_EQ(out.front(), "I");
 }
 
-TEST(PunctuatorTest, KeepsWrittenWordsAndEmptyWords) {
+TEST_P(PunctuatorTest, KeepsWrittenWordsAndEmptyWords) {
   const std::vector<std::string> in = {"he",   "paid", "$23.50", "",    "at",
                                        "2:30", "p.m.", "on",     "May", "3"};
-  const std::vector<std::string> out = Shipped().Punctuate(in, true);
+  const std::vector<std::string> out = P().Punctuate(in, true);
   ASSERT_EQ(out.size(), in.size());
   EXPECT_EQ(out[0], "He");
   EXPECT_EQ(out[2].substr(0, 6), "$23.50");
@@ -121,43 +143,49 @@ TEST(PunctuatorTest, KeepsWrittenWordsAndEmptyWords) {
   EXPECT_NE(out[6].substr(0, 5), "p.m..");  // a written period is not doubled
   EXPECT_EQ(out[8].substr(0, 3), "May");    // ITN's capitals kept
   EXPECT_TRUE(out[9] == "3." || out[9] == "3?") << out[9];
-  EXPECT_TRUE(Shipped().Punctuate({}, true).empty());
-  EXPECT_EQ(Shipped().Punctuate({"", ""}, true), std::vector<std::string>({"", ""}));
-  EXPECT_EQ(Shipped().PunctuateText(""), "");
+  EXPECT_TRUE(P().Punctuate({}, true).empty());
+  EXPECT_EQ(P().Punctuate({"", ""}, true), std::vector<std::string>({"", ""}));
+  EXPECT_EQ(P().PunctuateText(""), "");
   // Bytes no recognizer writes: passed through, never a crash.
-  const std::vector<std::string> odd = Shipped().Punctuate({"\xff\xfe", "\t", "?", "."}, true);
+  const std::vector<std::string> odd = P().Punctuate({"\xff\xfe", "\t", "?", "."}, true);
   EXPECT_EQ(odd.size(), 4u);
 }
 
-TEST(PunctuatorTest, WiderBeamsDoNotChangeMuch) {
-  const std::vector<Passage> passages = HeldOut();
-  int differ = 0;
-  for (size_t i = 0; i < passages.size() && i < 100; ++i) {
-    differ += Shipped().Punctuate(passages[i].words, true, Punctuator::kDefaultBeam) !=
-              Shipped().Punctuate(passages[i].words, true, 64);
-  }
-  EXPECT_LE(differ, 10);
-  // A beam of 1 is greedy and still well-formed.
-  EXPECT_EQ(Shipped().Punctuate(Words("yes we can"), true, 1).size(), 3u);
-}
-
-TEST(PunctuatorTest, OneInstanceServesManyThreads) {
+TEST_P(PunctuatorTest, OneInstanceServesManyThreads) {
   const std::vector<Passage> passages = HeldOut();
   std::vector<std::vector<std::string>> want;
   for (size_t i = 0; i < passages.size() && i < 60; ++i) {
-    want.push_back(Shipped().Punctuate(passages[i].words, true));
+    want.push_back(P().Punctuate(passages[i].words, true));
   }
   std::vector<int> mismatches(4, 0);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (size_t i = 0; i < want.size(); ++i) {
-        mismatches[t] += Shipped().Punctuate(passages[i].words, true) != want[i];
+        mismatches[t] += P().Punctuate(passages[i].words, true) != want[i];
       }
     });
   }
   for (std::thread& t : threads) t.join();
   for (int m : mismatches) EXPECT_EQ(m, 0);
+}
+
+// The hidden-event LM only.
+TEST(PunctuatorLmTest, TheOpeningDecidesTheClosingMark) {
+  EXPECT_EQ(Shipped(kLm).PunctuateText("do you know where the station is").back(), '?');
+  EXPECT_EQ(Shipped(kLm).PunctuateText("i know where the station is").back(), '.');
+}
+
+TEST(PunctuatorLmTest, WiderBeamsDoNotChangeMuch) {
+  const std::vector<Passage> passages = HeldOut();
+  int differ = 0;
+  for (size_t i = 0; i < passages.size() && i < 100; ++i) {
+    differ += Shipped(kLm).Punctuate(passages[i].words, true, Punctuator::kDefaultBeam) !=
+              Shipped(kLm).Punctuate(passages[i].words, true, 64);
+  }
+  EXPECT_LE(differ, 10);
+  // A beam of 1 is greedy and still well-formed.
+  EXPECT_EQ(Shipped(kLm).Punctuate(Words("yes we can"), true, 1).size(), 3u);
 }
 
 TEST(PunctuationMetricsTest, CountsMarksAndCapitals) {
@@ -187,7 +215,7 @@ class PunctFolderTest : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     for (const char* f : {"punct.json", "lm.bin", "case.tsv", "starts.tsv"}) {
-      fs::copy_file(ShippedPunct() / f, dir_ / f);
+      fs::copy_file(ShippedFolder(kLm) / f, dir_ / f);
     }
   }
   void TearDown() override { fs::remove_all(dir_); }

@@ -330,7 +330,7 @@ def main():
     manifest = {
         "format_version": FORMAT_VERSION,
         "language": "en",
-        "method": "hidden-event n-gram LM with a case table (tools/build_punct.py)",
+        "method": "hidden_event_lm",
         "marks": list(MARKS),
         "number_token": NUM,
         "language_model": "lm.bin",

@@ -85,7 +85,7 @@ asan_stage() {
 TSAN_TESTS=(scheduler_test task_pool_test stream_session_test stream_session_window_test
   stream_session_threads_test stream_session_codec_test cpu_threads_test server_test
   server_models_test server_audio_formats_test server_http_test server_https_test
-  server_channels_test client_ws_test itn_test punctuator_test server_text_test)
+  server_channels_test client_ws_test itn_test punctuator_test punct_cnn_test server_text_test)
 tsan_stage() {
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DJASPER_CUDA=OFF \
     -DJASPER_SANITIZE=thread >/dev/null

@@ -3,7 +3,8 @@
 text and splits as tools/build_punct.py (the hidden-event LM), and scores it on the same held-out
 passages, so the two methods compare on equal terms (issue 30: choose the method by measurement).
 
-  /work/venv-train/bin/python tools/train_punct.py --out /tmp/punct_cnn [--minutes 15]
+  /work/venv-train/bin/python tools/train_punct.py --out /tmp/punct_cnn --minutes 22 \
+      --export models/quartznet_en_tts_small/punct_cnn --fixture tests/fixtures/punct/cnn_reference.tsv
 
 Model: word embeddings (lower case; words seen at least twice, numbers as <num>, others <unk>
 plus a 3-letter-suffix embedding) -> a 1-D conv stack over the words (kernel 5, dilations 1, 2,
@@ -14,8 +15,9 @@ LM method does, so the case labels of sentence-initial words are their usual (mi
 
 Prints per-mark and capitals precision/recall/F1 on the dev and held-out passages, counted as
 engine/text/punctuation_metrics.cc counts them (re-implemented here), and the cost per word.
-A measuring prototype (docs/PERFORMANCE.md, "Punctuation and capitalization"): the server does
-not run this model yet.
+--export DIR writes the model folder the server runs (engine/text/punct_cnn.h; the shipped
+punct_cnn/), --fixture FILE the reference logits its C++ test compares with (docs/PERFORMANCE.md,
+"Punctuation and capitalization").
 """
 import argparse
 import collections
@@ -201,6 +203,8 @@ def main():
     ap.add_argument("--channels", type=int, default=160)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--export", help="write the served model folder (punct/) here")
+    ap.add_argument("--fixture", help="with --export: reference logits for the C++ test")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     random.seed(args.seed)
@@ -256,6 +260,66 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     torch.save({"state": net.state_dict(), "vocab": vocab.words, "suffixes": vocab.suffixes,
                 "bias": best[1], "channels": args.channels}, os.path.join(args.out, "cnn.pt"))
+    if args.export:
+        export(net, vocab, table, best[1], args, test)
+
+
+def export(net, vocab, table, bias, args, test):
+    """The model folder engine/text/punctuator.h reads (method token_cnn), weights in F16; the
+    reference logits of the F16 weights for the C++ parity test; the held-out F1 again."""
+    import hashlib
+    import json
+    import numpy as np
+    from safetensors_np import write_safetensors
+    out = args.export
+    os.makedirs(out, exist_ok=True)
+    state = {k: v.detach().numpy().astype(np.float16).astype(np.float32)
+             for k, v in net.state_dict().items()}
+    net.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    write_safetensors(os.path.join(out, "cnn.safetensors"), state, dtype="F16")
+    with open(os.path.join(out, "vocab.txt"), "w") as f:
+        f.write("\n".join(vocab.words) + "\n")
+    with open(os.path.join(out, "suffixes.txt"), "w") as f:
+        f.write("\n".join(vocab.suffixes) + "\n")
+    with open(os.path.join(out, "case.tsv"), "w") as f:
+        for key in sorted(table):
+            f.write(key + "\t" + "\t".join(table[key]) + "\n")
+    files = {}
+    for name in ("cnn.safetensors", "vocab.txt", "suffixes.txt", "case.tsv"):
+        data = open(os.path.join(out, name), "rb").read()
+        files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    manifest = {
+        "format_version": 1,
+        "language": "en",
+        "method": "token_cnn",
+        "marks": [",", ".", "?"],
+        "mark_bias": {",": bias[1], ".": bias[2], "?": bias[3]},
+        "weights": "cnn.safetensors", "vocabulary": "vocab.txt", "suffixes": "suffixes.txt",
+        "case_table": "case.tsv",
+        "cnn": {"embedding": net.embed.embedding_dim, "suffix_embedding": net.suffix.embedding_dim,
+                "channels": args.channels, "kernel": 5,
+                "dilations": [conv.dilation[0] for conv in net.blocks]},
+        "files": files,
+        "training": {"tool": "tools/train_punct.py", "minutes": args.minutes, "seed": args.seed,
+                     "text": "Debian fortunes, jargon-text, dict-gcide (tools/build_punct.py "
+                             "splits)"},
+    }
+    with open(os.path.join(out, "punct.json"), "w") as f:
+        json.dump(manifest, f, indent=2)
+        f.write("\n")
+    if args.fixture:
+        net.eval()
+        with open(args.fixture, "w") as f:
+            for p in test[:12]:
+                words = [w.lower() for w, _ in p]
+                w, sfx = vocab.ids(words)
+                with torch.no_grad():
+                    ml, cl = net(torch.tensor([w]), torch.tensor([sfx]), torch.ones(1, len(w)))
+                f.write(" ".join(words) + "\t" +
+                        " ".join(f"{x:.6g}" for x in ml[0].T.reshape(-1).tolist()) + "\t" +
+                        " ".join(f"{x:.6g}" for x in cl[0].T.reshape(-1).tolist()) + "\n")
+    print(f"exported {out} (F16 weights); held-out with them: "
+          f"{evaluate(net, vocab, table, test, bias)}")
 
 
 if __name__ == "__main__":

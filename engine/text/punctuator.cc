@@ -96,15 +96,69 @@ absl::StatusOr<std::ifstream> OpenText(const std::filesystem::path& path) {
   return in;
 }
 
-}  // namespace
-
-Punctuator::Punctuator(std::shared_ptr<const NgramLm> lm,
-                       absl::flat_hash_map<std::string, Forms> cases,
-                       absl::flat_hash_map<std::string, StartEvidence> starts)
-    : lm_(std::move(lm)), cases_(std::move(cases)), starts_(std::move(starts)) {
-  for (int m = 0; m < 3; ++m) mark_ids_[m] = lm_->WordId(absl::string_view(&kMarks[m], 1));
-  number_id_ = lm_->WordId("<num>");
+// case.tsv: word<TAB>Form[<TAB>form...]. With an LM, every form must be one of its words.
+absl::StatusOr<absl::flat_hash_map<std::string, Punctuator::Forms>> LoadCaseTable(
+    const std::filesystem::path& path, const NgramLm* lm) {
+  absl::StatusOr<std::ifstream> in = OpenText(path);
+  if (!in.ok()) return in.status();
+  absl::flat_hash_map<std::string, Punctuator::Forms> cases;
+  std::string line;
+  for (int number = 1; std::getline(*in, line); ++number) {
+    auto bad = [&](absl::string_view what) {
+      return absl::InvalidArgumentError(absl::StrCat(path.string(), ":", number, ": ", what));
+    };
+    std::vector<std::string> fields = absl::StrSplit(line, '\t');
+    if (fields.size() < 2) return bad("want word<TAB>Form[<TAB>form...]");
+    const std::string& key = fields[0];
+    if (key.empty() || HasUpper(key) ||
+        std::any_of(key.begin(), key.end(), [](char c) { return absl::ascii_isspace(c); })) {
+      return bad("the word must be lower case, without spaces");
+    }
+    Punctuator::Forms forms;
+    for (size_t f = 1; f < fields.size(); ++f) {
+      if (absl::AsciiStrToLower(fields[f]) != key) {
+        return bad(absl::StrCat("\"", fields[f], "\" is not a cased form of \"", key, "\""));
+      }
+      if (std::find(forms.text.begin(), forms.text.end(), fields[f]) != forms.text.end()) {
+        return bad(absl::StrCat("\"", fields[f], "\" twice"));
+      }
+      const int id = lm == nullptr ? 0 : lm->WordId(fields[f]);
+      if (lm != nullptr && id == lm->unk_id()) {
+        return bad(absl::StrCat("\"", fields[f], "\" is not in the language model"));
+      }
+      forms.text.push_back(fields[f]);
+      forms.ids.push_back(id);
+    }
+    if (!cases.emplace(key, std::move(forms)).second) return bad("the word is listed twice");
+  }
+  return cases;
 }
+
+// starts.tsv: start<TAB>log10 ratio for .<TAB>log10 ratio for ?
+absl::StatusOr<absl::flat_hash_map<std::string, Punctuator::StartEvidence>> LoadStarts(
+    const std::filesystem::path& path) {
+  absl::StatusOr<std::ifstream> in = OpenText(path);
+  if (!in.ok()) return in.status();
+  absl::flat_hash_map<std::string, Punctuator::StartEvidence> starts;
+  std::string line;
+  for (int number = 1; std::getline(*in, line); ++number) {
+    auto bad = [&](absl::string_view what) {
+      return absl::InvalidArgumentError(absl::StrCat(path.string(), ":", number, ": ", what));
+    };
+    std::vector<std::string> fields = absl::StrSplit(line, '\t');
+    Punctuator::StartEvidence e;
+    if (fields.size() != 3 || fields[0].empty() || !absl::SimpleAtof(fields[1], &e.period) ||
+        !absl::SimpleAtof(fields[2], &e.question) || !std::isfinite(e.period) ||
+        !std::isfinite(e.question) || std::abs(e.period) > 10 || std::abs(e.question) > 10) {
+      return bad("want start<TAB>log10 ratio for .<TAB>log10 ratio for ? (finite, |x| <= 10)");
+    }
+    if (HasUpper(fields[0])) return bad("the start must be lower case");
+    if (!starts.emplace(fields[0], e).second) return bad("the start is listed twice");
+  }
+  return starts;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<const Punctuator>> Punctuator::Load(const std::string& dir) {
   const std::filesystem::path root(dir);
@@ -124,7 +178,15 @@ absl::StatusOr<std::unique_ptr<const Punctuator>> Punctuator::Load(const std::st
   if (!manifest.contains("marks") || manifest["marks"] != nlohmann::json({",", ".", "?"})) {
     return invalid("marks must be [\",\", \".\", \"?\"]");
   }
-  float bias[3];
+  std::string method = "hidden_event_lm";
+  if (manifest.contains("method")) {
+    if (!manifest["method"].is_string()) return invalid("method: a string");
+    method = manifest["method"].get<std::string>();
+    if (method != "hidden_event_lm" && method != "token_cnn") {
+      return invalid("method must be \"hidden_event_lm\" or \"token_cnn\"");
+    }
+  }
+  auto punctuator = std::unique_ptr<Punctuator>(new Punctuator());
   if (!manifest.contains("mark_bias") || !manifest["mark_bias"].is_object()) {
     return invalid("mark_bias: required ({\",\": b, \".\": b, \"?\": b}, log10 units)");
   }
@@ -133,94 +195,65 @@ absl::StatusOr<std::unique_ptr<const Punctuator>> Punctuator::Load(const std::st
     if (!manifest["mark_bias"].contains(mark) || !FiniteIn(manifest["mark_bias"][mark], -10, 10)) {
       return invalid(absl::StrCat("mark_bias[\"", mark, "\"]: a number in [-10, 10]"));
     }
-    bias[m] = manifest["mark_bias"][mark].get<float>();
+    punctuator->mark_bias_[m] = manifest["mark_bias"][mark].get<float>();
   }
+  if (!manifest.contains("files")) return invalid("files: required (an object)");
+  // Every file the method reads: named by the manifest, listed with its size.
+  const std::vector<const char*> keys =
+      method == "token_cnn"
+          ? std::vector<const char*>{"case_table", "weights", "vocabulary", "suffixes"}
+          : std::vector<const char*>{"case_table", "language_model", "sentence_starts"};
+  absl::flat_hash_map<std::string, std::filesystem::path> files;
+  for (const char* key : keys) {
+    if (!manifest.contains(key) || !manifest[key].is_string()) {
+      return invalid(absl::StrCat(key, ": required (a file name in the folder)"));
+    }
+    const std::string name = manifest[key].get<std::string>();
+    if (name.empty() || name.find('/') != std::string::npos) {
+      return invalid(absl::StrCat(key, ": a file name in the folder, not a path"));
+    }
+    if (absl::Status s = CheckListedFile(root / name, manifest["files"], "punct.json"); !s.ok()) {
+      return s;
+    }
+    files[key] = root / name;
+  }
+
+  if (method == "token_cnn") {
+    absl::StatusOr<std::unique_ptr<const TokenCnn>> cnn = TokenCnn::Load(root, manifest);
+    if (!cnn.ok()) return cnn.status();
+    punctuator->cnn_ = *std::move(cnn);
+    absl::StatusOr<absl::flat_hash_map<std::string, Forms>> cases =
+        LoadCaseTable(files["case_table"], nullptr);
+    if (!cases.ok()) return cases.status();
+    punctuator->cases_ = *std::move(cases);
+    return std::unique_ptr<const Punctuator>(std::move(punctuator));
+  }
+
   if (!manifest.contains("question_weight") || !FiniteIn(manifest["question_weight"], 0, 10)) {
     return invalid("question_weight: a number in [0, 10]");
   }
-  std::string names[3];
-  const char* keys[3] = {"language_model", "case_table", "sentence_starts"};
-  for (int k = 0; k < 3; ++k) {
-    if (!manifest.contains(keys[k]) || !manifest[keys[k]].is_string()) {
-      return invalid(absl::StrCat(keys[k], ": required (a file name in the folder)"));
-    }
-    names[k] = manifest[keys[k]].get<std::string>();
-    if (names[k].empty() || names[k].find('/') != std::string::npos) {
-      return invalid(absl::StrCat(keys[k], ": a file name in the folder, not a path"));
-    }
-    if (!manifest.contains("files")) return invalid("files: required (an object)");
-    if (absl::Status s = CheckListedFile(root / names[k], manifest["files"], "punct.json");
-        !s.ok()) {
-      return s;
-    }
-  }
-  absl::StatusOr<std::shared_ptr<const NgramLm>> lm = NgramLm::LoadFile((root / names[0]).string());
-  if (!lm.ok()) return lm.status();
-  for (char mark : kMarks) {
-    if ((*lm)->WordId(absl::string_view(&mark, 1)) == (*lm)->unk_id()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat((root / names[0]).string(), ": no token for the mark \"",
-                       absl::string_view(&mark, 1), "\" (not a punctuation model)"));
-    }
-  }
-
-  const std::filesystem::path table_path = root / names[1];
-  absl::StatusOr<std::ifstream> table = OpenText(table_path);
-  if (!table.ok()) return table.status();
-  absl::flat_hash_map<std::string, Forms> cases;
-  std::string line;
-  for (int number = 1; std::getline(*table, line); ++number) {
-    auto bad = [&](absl::string_view what) {
-      return absl::InvalidArgumentError(absl::StrCat(table_path.string(), ":", number, ": ", what));
-    };
-    std::vector<std::string> fields = absl::StrSplit(line, '\t');
-    if (fields.size() < 2) return bad("want word<TAB>Form[<TAB>form...]");
-    const std::string& key = fields[0];
-    if (key.empty() || HasUpper(key) ||
-        std::any_of(key.begin(), key.end(), [](char c) { return absl::ascii_isspace(c); })) {
-      return bad("the word must be lower case, without spaces");
-    }
-    Forms forms;
-    for (size_t f = 1; f < fields.size(); ++f) {
-      if (absl::AsciiStrToLower(fields[f]) != key) {
-        return bad(absl::StrCat("\"", fields[f], "\" is not a cased form of \"", key, "\""));
-      }
-      if (std::find(forms.text.begin(), forms.text.end(), fields[f]) != forms.text.end()) {
-        return bad(absl::StrCat("\"", fields[f], "\" twice"));
-      }
-      const int id = (*lm)->WordId(fields[f]);
-      if (id == (*lm)->unk_id()) {
-        return bad(absl::StrCat("\"", fields[f], "\" is not in the language model"));
-      }
-      forms.text.push_back(fields[f]);
-      forms.ids.push_back(id);
-    }
-    if (!cases.emplace(key, std::move(forms)).second) return bad("the word is listed twice");
-  }
-
-  const std::filesystem::path starts_path = root / names[2];
-  absl::StatusOr<std::ifstream> starts_in = OpenText(starts_path);
-  if (!starts_in.ok()) return starts_in.status();
-  absl::flat_hash_map<std::string, StartEvidence> starts;
-  for (int number = 1; std::getline(*starts_in, line); ++number) {
-    auto bad = [&](absl::string_view what) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(starts_path.string(), ":", number, ": ", what));
-    };
-    std::vector<std::string> fields = absl::StrSplit(line, '\t');
-    StartEvidence e;
-    if (fields.size() != 3 || fields[0].empty() || !absl::SimpleAtof(fields[1], &e.period) ||
-        !absl::SimpleAtof(fields[2], &e.question) || !std::isfinite(e.period) ||
-        !std::isfinite(e.question) || std::abs(e.period) > 10 || std::abs(e.question) > 10) {
-      return bad("want start<TAB>log10 ratio for .<TAB>log10 ratio for ? (finite, |x| <= 10)");
-    }
-    if (HasUpper(fields[0])) return bad("the start must be lower case");
-    if (!starts.emplace(fields[0], e).second) return bad("the start is listed twice");
-  }
-  auto punctuator = std::unique_ptr<Punctuator>(
-      new Punctuator(*std::move(lm), std::move(cases), std::move(starts)));
-  std::copy(bias, bias + 3, punctuator->mark_bias_);
   punctuator->question_weight_ = manifest["question_weight"].get<float>();
+  const std::string lm_path = files["language_model"].string();
+  absl::StatusOr<std::shared_ptr<const NgramLm>> lm = NgramLm::LoadFile(lm_path);
+  if (!lm.ok()) return lm.status();
+  for (int m = 0; m < 3; ++m) {
+    punctuator->mark_ids_[m] = (*lm)->WordId(absl::string_view(&kMarks[m], 1));
+    if (punctuator->mark_ids_[m] == (*lm)->unk_id()) {
+      return absl::InvalidArgumentError(absl::StrCat(lm_path, ": no token for the mark \"",
+                                                     absl::string_view(&kMarks[m], 1),
+                                                     "\" (not a punctuation model)"));
+    }
+  }
+  punctuator->number_id_ = (*lm)->WordId("<num>");
+  absl::StatusOr<absl::flat_hash_map<std::string, Forms>> cases =
+      LoadCaseTable(files["case_table"], lm->get());
+  if (!cases.ok()) return cases.status();
+  punctuator->cases_ = *std::move(cases);
+  absl::StatusOr<absl::flat_hash_map<std::string, StartEvidence>> starts =
+      LoadStarts(files["sentence_starts"]);
+  if (!starts.ok()) return starts.status();
+  punctuator->starts_ = *std::move(starts);
+  punctuator->lm_ = *std::move(lm);
   return std::unique_ptr<const Punctuator>(std::move(punctuator));
 }
 
@@ -243,6 +276,66 @@ Punctuator::StartEvidence Punctuator::Evidence(absl::Span<const std::string> wor
 
 std::vector<std::string> Punctuator::Punctuate(absl::Span<const std::string> words, bool complete,
                                                int beam) const {
+  return cnn_ != nullptr ? ClassifyCnn(words, complete) : SearchLm(words, complete, beam);
+}
+
+std::vector<std::string> Punctuator::ClassifyCnn(absl::Span<const std::string> words,
+                                                 bool complete) const {
+  std::vector<std::string> out(words.size());
+  std::vector<std::string> present;  // the non-empty words, in order
+  std::vector<size_t> where;
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (words[i].empty()) continue;
+    present.push_back(words[i]);
+    where.push_back(i);
+  }
+  if (present.empty()) return out;
+  const TokenCnn::Logits logits = cnn_->Forward(present);
+  bool sentence_start = true;
+  for (size_t t = 0; t < present.size(); ++t) {
+    const float* marks = logits.marks.data() + t * TokenCnn::kClasses;
+    const float* cases = logits.cases.data() + t * TokenCnn::kClasses;
+    // Class 0 is "no mark"; classes 1-3 are , . ? with their bias.
+    int mark = kNoMark;
+    const bool last = t + 1 == present.size();
+    if (last && complete) {
+      mark = marks[2] + mark_bias_[1] >= marks[3] + mark_bias_[2] ? 1 : 2;
+    } else if (!last) {
+      float best = marks[0];
+      for (int m = 0; m < 3; ++m) {
+        if (marks[m + 1] + mark_bias_[m] > best) {
+          best = marks[m + 1] + mark_bias_[m];
+          mark = m;
+        }
+      }
+    }
+    const std::string& w = present[t];
+    std::string text = w;
+    if (!HasDigit(w) && !HasUpper(w)) {
+      const int c = static_cast<int>(std::max_element(cases, cases + TokenCnn::kClasses) - cases);
+      if (c == 1) {
+        text[0] = absl::ascii_toupper(text[0]);
+      } else if (c == 2) {
+        absl::AsciiStrToUpper(&text);
+      } else if (c == 3) {
+        auto it = cases_.find(w);
+        if (it != cases_.end()) {
+          text = it->second.text.front();
+        } else {
+          text[0] = absl::ascii_toupper(text[0]);
+        }
+      }
+    }
+    if (sentence_start && absl::ascii_islower(text[0])) text[0] = absl::ascii_toupper(text[0]);
+    if (mark != kNoMark && text.back() != kMarks[mark]) text.push_back(kMarks[mark]);
+    sentence_start = IsTerminal(mark);
+    out[where[t]] = std::move(text);
+  }
+  return out;
+}
+
+std::vector<std::string> Punctuator::SearchLm(absl::Span<const std::string> words, bool complete,
+                                              int beam) const {
   beam = std::max(beam, 1);
   const NgramLm& lm = *lm_;
   int last = -1;

@@ -1,21 +1,28 @@
-// Punctuation and capitalization of a recognizer's words: "doctor lee paid $23.50 on may 3 1998
-// did he" -> "Doctor Lee paid $23.50 on May 3, 1998. Did he?". The model is a hidden-event n-gram
-// LM (Stolcke & Shriberg 1996): an n-gram LM over cased words with the marks , . ? as tokens of
-// their own, and a case table of each word's cased forms (tools/build_punct.py builds both from
-// English prose). Punctuate() searches (beam search, hypotheses that share an LM state merged)
-// for the most probable token string the LM could have produced from the words: one cased form
-// per word and at most one mark after it. A word that starts a sentence gets a capital first
-// letter. Two additions to the LM's score, tuned on dev text: a bias per placed mark, and for a
-// closing . or ? the evidence of the sentence's first words ("where is ..." ends in ?, which an
-// n-gram ending at the mark cannot see). The folder's files: docs/MODEL_FORMAT.md ("punct/").
+// Punctuation and capitalization of a recognizer's words: "where is the station i asked him" ->
+// "Where is the station? I asked him.". Both methods restore the marks , . ? and capitals, give
+// a sentence's first word a capital, and take the other words' capitalized forms from a case
+// table (tools/build_punct.py). Which method, by the folder's punct.json "method":
 //
-// Input words are as the recognizer (and, when asked, inverse text normalization) wrote them:
-// words in lower case are looked up in the case table, a word with a digit is the LM's number
-// token, and a word with capitals (written by ITN) keeps them. Output words correspond one to one
-// with the input words, so word times stay as they were.
+// token_cnn (engine/text/punct_cnn.h, tools/train_punct.py): a small convolutional token
+// classifier scores, per word, the mark after it and its case (lower, Capitalized, UPPER, or the
+// case table's form); each word takes its best scores plus a per-mark bias, and a final result's
+// last word the better of . and ?.
 //
-// Ownership: owns the LM and the case table (immutable after Load). Thread-safety: Punctuate()
-// and PunctuateText() are const and may run concurrently on one instance.
+// hidden_event_lm (Stolcke & Shriberg 1996): an n-gram LM over cased words with the marks as
+// tokens of their own. A beam search (hypotheses that share an LM state merged) finds the most
+// probable token string the LM could have produced from the words: one cased form per word and
+// at most one mark after it. Two additions to the LM's score, tuned on dev text: a bias per
+// placed mark, and for a closing . or ? the evidence of the sentence's first words ("where is
+// ..." ends in ?, which an n-gram ending at the mark cannot see).
+//
+// The folder's files: docs/MODEL_FORMAT.md ("punct/"). Input words are as the recognizer (and,
+// when asked, inverse text normalization) wrote them: lower-case words are looked up in the
+// case table, a word with a digit is a number, and a word with capitals (written by ITN) keeps
+// them. Output words correspond one to one with the input words, so word times stay as they
+// were.
+//
+// Ownership: owns its model (immutable after Load). Thread-safety: Punctuate() and
+// PunctuateText() are const and may run concurrently on one instance.
 #ifndef JASPER_ENGINE_TEXT_PUNCTUATOR_H_
 #define JASPER_ENGINE_TEXT_PUNCTUATOR_H_
 
@@ -28,6 +35,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "engine/decoding/ngram_lm.h"
+#include "engine/text/punct_cnn.h"
 
 namespace jasper {
 
@@ -54,21 +62,30 @@ class Punctuator {
   // The words of `text` (split at spaces) punctuated and joined by single spaces.
   std::string PunctuateText(absl::string_view text, bool complete = true) const;
 
- private:
+  // "hidden_event_lm" or "token_cnn" (punct.json "method").
+  const char* method() const { return cnn_ != nullptr ? "token_cnn" : "hidden_event_lm"; }
+
+  // A word's cased forms (case.tsv).
   struct Forms {
     std::vector<std::string> text;  // the cased forms, most frequent first
-    std::vector<int> ids;           // their LM ids
+    std::vector<int> ids;           // their LM ids (hidden-event LM only)
   };
-  // log10 P(mark | sentence start) / P(mark) for . and ?.
+  // log10 P(mark | sentence start) / P(mark) for . and ? (starts.tsv).
   struct StartEvidence {
     float period = 0;
     float question = 0;
   };
-  Punctuator(std::shared_ptr<const NgramLm> lm, absl::flat_hash_map<std::string, Forms> cases,
-             absl::flat_hash_map<std::string, StartEvidence> starts);
+
+ private:
+  Punctuator() = default;
+  // The hidden-event LM's beam search, and the token CNN's per-word choice.
+  std::vector<std::string> SearchLm(absl::Span<const std::string> words, bool complete,
+                                    int beam) const;
+  std::vector<std::string> ClassifyCnn(absl::Span<const std::string> words, bool complete) const;
   // The evidence for a sentence that starts at words[first] and ends at words[last].
   StartEvidence Evidence(absl::Span<const std::string> words, int first, int last) const;
 
+  std::unique_ptr<const TokenCnn> cnn_;  // method token_cnn; the LM fields are unused then
   std::shared_ptr<const NgramLm> lm_;
   absl::flat_hash_map<std::string, Forms> cases_;  // lower-case word -> forms (not just itself)
   // "first" or "first second" (lower case, numbers as <num>) -> evidence.
