@@ -1,4 +1,4 @@
-// Fuzz target: the safetensors reader (engine/model/safetensors.h: 8-byte header length, JSON
+// Fuzz target: the safetensors reader (engine/io/safetensors.h: 8-byte header length, JSON
 // header, offsets and dtypes checked against the file) and, for files that parse, the model
 // builder (engine/model/model.h: every tensor of the fixture model's config validated and folded).
 // The input is the file.
@@ -11,7 +11,7 @@
 
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
-#include "engine/model/safetensors.h"
+#include "engine/io/safetensors.h"
 
 namespace {
 

@@ -23,7 +23,7 @@
 #include "engine/audio/wav.h"
 #include "engine/features/features.h"
 #include "engine/model/model.h"
-#include "engine/model/safetensors.h"
+#include "engine/io/safetensors.h"
 #include "engine/runtime/backend.h"
 #include "engine/streaming/recognizer.h"
 #include "gtest/gtest.h"

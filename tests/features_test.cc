@@ -20,7 +20,7 @@
 #include "engine/features/features.h"
 #include "engine/features/fft.h"
 #include "engine/model/model_config.h"
-#include "engine/model/safetensors.h"
+#include "engine/io/safetensors.h"
 #include "gtest/gtest.h"
 
 namespace jasper {

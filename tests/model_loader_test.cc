@@ -18,7 +18,7 @@
 #include "engine/decoding/ngram_lm.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
-#include "engine/model/safetensors.h"
+#include "engine/io/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/sub_block.h"

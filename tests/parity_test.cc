@@ -28,7 +28,7 @@
 #endif
 #include "engine/features/features.h"
 #include "engine/model/model.h"
-#include "engine/model/safetensors.h"
+#include "engine/io/safetensors.h"
 #include "engine/streaming/recognizer.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_features.h"

@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
-#include "engine/model/safetensors.h"
+#include "engine/io/safetensors.h"
 
 namespace jasper::test_util {
 

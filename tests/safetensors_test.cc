@@ -1,4 +1,4 @@
-// The safetensors reader (engine/model/safetensors.h): dtype conversion (F16, BF16, F64 to float;
+// The safetensors reader (engine/io/safetensors.h): dtype conversion (F16, BF16, F64 to float;
 // I32), one test per malformed file, each checking the error message, the header size limit, and
 // random corruption of a real model file through Model::FromParts. Run under ASan+UBSan: no
 // malformed input may crash.
@@ -12,7 +12,7 @@
 
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
-#include "engine/model/safetensors.h"
+#include "engine/io/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/model_test_util.h"

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "engine/model/model_config.h"
-#include "engine/model/safetensors.h"
+#include "engine/io/safetensors.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"

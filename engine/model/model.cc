@@ -22,7 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engine/model/safetensors.h"
+#include "engine/io/safetensors.h"
 #include "engine/status_macros.h"
 
 namespace jasper {

@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "engine/model/safetensors.h"
+#include "engine/io/safetensors.h"
 
 namespace jasper {
 namespace {

@@ -53,7 +53,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
-#include "engine/model/safetensors.h"
+#include "engine/io/safetensors.h"
 #include "engine/runtime/backend.h"
 #include "engine/runtime/cpu_backend.h"
 #include "engine/runtime/cpu_thread_pool.h"

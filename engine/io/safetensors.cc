@@ -5,7 +5,7 @@
 // (overflow-checked), and the ranges against each other (no overlaps). Holes between tensors
 // and trailing bytes are allowed. nlohmann::json is used without exceptions escaping: parsing
 // uses the non-throwing overload and every value's type is checked before it is read.
-#include "engine/model/safetensors.h"
+#include "engine/io/safetensors.h"
 
 #include <algorithm>
 #include <cmath>

@@ -5,8 +5,8 @@
 //
 // Ownership: SafetensorsFile owns the file bytes; Tensor views point into them.
 // Thread-safety: immutable after Parse(); const methods are safe to call concurrently.
-#ifndef JASPER_ENGINE_MODEL_SAFETENSORS_H_
-#define JASPER_ENGINE_MODEL_SAFETENSORS_H_
+#ifndef JASPER_ENGINE_IO_SAFETENSORS_H_
+#define JASPER_ENGINE_IO_SAFETENSORS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -72,4 +72,4 @@ std::string SerializeSafetensors(
 
 }  // namespace jasper
 
-#endif  // JASPER_ENGINE_MODEL_SAFETENSORS_H_
+#endif  // JASPER_ENGINE_IO_SAFETENSORS_H_
