@@ -9,9 +9,9 @@
 #include <memory>
 #include <string>
 
+#include "engine/io/safetensors.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
-#include "engine/io/safetensors.h"
 
 namespace {
 

@@ -17,8 +17,8 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/model/model.h"
 #include "engine/io/safetensors.h"
+#include "engine/model/model.h"
 #include "engine/runtime/backend.h"
 #include "engine/runtime/backend_factory.h"
 #include "engine/runtime/cpu_backend.h"

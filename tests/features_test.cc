@@ -19,8 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "engine/features/features.h"
 #include "engine/features/fft.h"
-#include "engine/model/model_config.h"
 #include "engine/io/safetensors.h"
+#include "engine/model/model_config.h"
 #include "gtest/gtest.h"
 
 namespace jasper {

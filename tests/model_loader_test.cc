@@ -16,9 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/decoding/ngram_lm.h"
+#include "engine/io/safetensors.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
-#include "engine/io/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/sub_block.h"

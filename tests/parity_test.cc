@@ -27,8 +27,8 @@
 #include "engine/runtime/cuda_backend.h"
 #endif
 #include "engine/features/features.h"
-#include "engine/model/model.h"
 #include "engine/io/safetensors.h"
+#include "engine/model/model.h"
 #include "engine/streaming/recognizer.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_features.h"

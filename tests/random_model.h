@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/io/safetensors.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
-#include "engine/io/safetensors.h"
 
 namespace jasper::test_util {
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/io/safetensors.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
-#include "engine/io/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/model_test_util.h"

@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/model/model_config.h"
 #include "engine/io/safetensors.h"
+#include "engine/model/model_config.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
