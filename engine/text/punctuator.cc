@@ -257,21 +257,31 @@ absl::StatusOr<std::unique_ptr<const Punctuator>> Punctuator::Load(const std::st
   return std::unique_ptr<const Punctuator>(std::move(punctuator));
 }
 
-Punctuator::StartEvidence Punctuator::Evidence(absl::Span<const std::string> words, int first,
-                                               int last) const {
-  while (first <= last && words[first].empty()) ++first;
-  if (first > last) return {};
-  std::string key = StartWord(words[first]);
-  int second = first + 1;
-  while (second <= last && words[second].empty()) ++second;
-  if (second <= last) {
-    if (auto it = starts_.find(absl::StrCat(key, " ", StartWord(words[second])));
-        it != starts_.end()) {
-      return it->second;
+std::vector<Punctuator::SentenceStart> Punctuator::SentenceStarts(
+    absl::Span<const std::string> words) const {
+  std::vector<SentenceStart> starts(words.size());
+  std::vector<std::string> keys(words.size());
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (!words[i].empty()) keys[i] = StartWord(words[i]);
+  }
+  for (size_t i = 0; i < words.size(); ++i) {
+    size_t first = i;
+    while (first < words.size() && words[first].empty()) ++first;
+    if (first == words.size()) break;
+    SentenceStart& s = starts[i];
+    if (auto it = starts_.find(keys[first]); it != starts_.end()) s.one = it->second;
+    s.two = s.one;
+    size_t second = first + 1;
+    while (second < words.size() && words[second].empty()) ++second;
+    s.second = static_cast<int>(second);
+    if (second < words.size()) {
+      if (auto it = starts_.find(absl::StrCat(keys[first], " ", keys[second]));
+          it != starts_.end()) {
+        s.two = it->second;
+      }
     }
   }
-  auto it = starts_.find(key);
-  return it == starts_.end() ? StartEvidence{} : it->second;
+  return starts;
 }
 
 std::vector<std::string> Punctuator::Punctuate(absl::Span<const std::string> words, bool complete,
@@ -367,6 +377,8 @@ std::vector<std::string> Punctuator::SearchLm(absl::Span<const std::string> word
     }
   }
 
+  // The evidence of each possible sentence start, looked up once.
+  const std::vector<SentenceStart> sentence_starts = SentenceStarts(words);
   std::vector<Node> nodes;
   nodes.reserve(words.size() * beam);
   std::vector<Hyp> hyps = {{lm.BeginSentence(), 0.0, -1, 0}};
@@ -391,6 +403,9 @@ std::vector<std::string> Punctuator::SearchLm(absl::Span<const std::string> word
       }
     };
     for (const Hyp& h : hyps) {
+      // A sentence's closing evidence: its first two words', once the second is in it.
+      const SentenceStart& start = sentence_starts[h.sentence_start];
+      const StartEvidence evidence = start.second <= i ? start.two : start.one;
       for (size_t f = 0; f < candidates[i].size(); ++f) {
         NgramLm::State after_word;
         const double word_score = h.score + lm.Score(h.state, candidates[i][f].id, &after_word);
@@ -398,7 +413,6 @@ std::vector<std::string> Punctuator::SearchLm(absl::Span<const std::string> word
           offer(after_word, word_score, h.sentence_start, h.node, f, kNoMark);
         }
         if (final_word && !complete) continue;  // an interim's last word: no mark yet
-        const StartEvidence evidence = Evidence(words, h.sentence_start, i);
         for (int m = 0; m < 3; ++m) {
           if (final_word && !IsTerminal(m)) continue;
           NgramLm::State after_mark;

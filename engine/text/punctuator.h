@@ -82,8 +82,13 @@ class Punctuator {
   std::vector<std::string> SearchLm(absl::Span<const std::string> words, bool complete,
                                     int beam) const;
   std::vector<std::string> ClassifyCnn(absl::Span<const std::string> words, bool complete) const;
-  // The evidence for a sentence that starts at words[first] and ends at words[last].
-  StartEvidence Evidence(absl::Span<const std::string> words, int first, int last) const;
+  // For a sentence starting at words[i] (or the next non-empty word): the evidence of its first
+  // word alone, of its first two words, and where the second one is.
+  struct SentenceStart {
+    StartEvidence one, two;
+    int second = 0;
+  };
+  std::vector<SentenceStart> SentenceStarts(absl::Span<const std::string> words) const;
 
   std::unique_ptr<const TokenCnn> cnn_;  // method token_cnn; the LM fields are unused then
   std::shared_ptr<const NgramLm> lm_;

@@ -49,10 +49,18 @@ void WriteFinal(const TextStages& stages, std::string* transcript, std::vector<W
 }
 
 std::string WriteInterim(const TextStages& stages, const std::string& transcript) {
-  std::string text = transcript;
-  if (stages.itn != nullptr) text = stages.itn->NormalizeText(text);
-  if (stages.punctuator != nullptr) text = stages.punctuator->PunctuateText(text, false);
-  return text;
+  if (stages.itn == nullptr && stages.punctuator == nullptr) return transcript;
+  std::vector<std::string> tokens = absl::StrSplit(transcript, ' ', absl::SkipEmpty());
+  if (stages.itn != nullptr) {
+    // Written tokens, as finals have them ("may 3 1998" is one token to the punctuator).
+    std::vector<std::string> written;
+    for (WrittenSpan& span : stages.itn->Normalize(tokens)) {
+      if (!span.text.empty()) written.push_back(std::move(span.text));
+    }
+    tokens = std::move(written);
+  }
+  if (stages.punctuator != nullptr) tokens = stages.punctuator->Punctuate(tokens, false);
+  return absl::StrJoin(tokens, " ");
 }
 
 }  // namespace jasper
