@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "tests/folder_copy_test.h"
 
 namespace jasper {
 namespace {
@@ -144,28 +145,10 @@ TEST(InverseNormalizerTest, OneInstanceServesManyThreads) {
   for (int m : mismatches) EXPECT_EQ(m, 0);
 }
 
-class ItnFolderTest : public ::testing::Test {
+class ItnFolderTest : public test_util::FolderCopyTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("itn_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    for (const char* f : {"itn.json", "tagger.fst", "tagger_labels.json", "verbalizer.fst"}) {
-      fs::copy_file(ShippedItn() / f, dir_ / f);
-    }
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  void Write(const char* name, const std::string& bytes) {
-    std::ofstream(dir_ / name, std::ios::binary | std::ios::trunc) << bytes;
-  }
-  std::string Read(const char* name) {
-    std::ifstream in(dir_ / name, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
+  void SetUp() override { CopyFolder(ShippedItn()); }
   absl::Status LoadStatus() { return InverseNormalizer::Load(dir_.string()).status(); }
-  fs::path dir_;
 };
 
 TEST_F(ItnFolderTest, TheCopyLoads) {

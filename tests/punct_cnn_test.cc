@@ -16,6 +16,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "engine/text/punctuator.h"
+#include "tests/folder_copy_test.h"
 
 namespace jasper {
 namespace {
@@ -72,25 +73,10 @@ TEST(TokenCnnTest, LogitsMatchPyTorch) {
   EXPECT_GE(passages, 10);
 }
 
-class CnnFolderTest : public ::testing::Test {
+class CnnFolderTest : public test_util::FolderCopyTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("punct_cnn_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-            "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::copy(Shipped(), dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  void Write(const char* name, const std::string& bytes) {
-    std::ofstream(dir_ / name, std::ios::binary | std::ios::trunc) << bytes;
-  }
-  std::string Read(const char* name) {
-    std::ifstream in(dir_ / name, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
+  void SetUp() override { CopyFolder(Shipped()); }
   absl::Status LoadStatus() { return Punctuator::Load(dir_.string()).status(); }
-  fs::path dir_;
 };
 
 TEST_F(CnnFolderTest, TheCopyLoadsAndMissingFilesAreNotFound) {

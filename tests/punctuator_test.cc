@@ -21,6 +21,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "engine/text/punctuation_metrics.h"
+#include "tests/folder_copy_test.h"
 
 namespace jasper {
 namespace {
@@ -206,28 +207,10 @@ TEST(PunctuationMetricsTest, CountsMarksAndCapitals) {
   EXPECT_EQ(s.words, 5);  // nothing added by a rejected passage
 }
 
-class PunctFolderTest : public ::testing::Test {
+class PunctFolderTest : public test_util::FolderCopyTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("punct_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-            "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    for (const char* f : {"punct.json", "lm.bin", "case.tsv", "starts.tsv"}) {
-      fs::copy_file(ShippedFolder(kLm) / f, dir_ / f);
-    }
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  void Write(const char* name, const std::string& bytes) {
-    std::ofstream(dir_ / name, std::ios::binary | std::ios::trunc) << bytes;
-  }
-  std::string Read(const char* name) {
-    std::ifstream in(dir_ / name, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
+  void SetUp() override { CopyFolder(ShippedFolder(kLm)); }
   absl::Status LoadStatus() { return Punctuator::Load(dir_.string()).status(); }
-  fs::path dir_;
 };
 
 TEST_F(PunctFolderTest, TheCopyLoadsAndMissingFilesAreNotFound) {
