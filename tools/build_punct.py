@@ -173,6 +173,25 @@ def passages(tokens):
         yield cur
 
 
+def load_splits():
+    """(train, dev, test, words per source): every document once, tokenized, cut into passages,
+    each in the split its text hashes to. tools/train_punct.py reads the same."""
+    splits = {"train": [], "dev": [], "test": []}
+    seen = set()
+    per_source = collections.Counter()
+    for source, text in list(fortunes()) + list(jargon()) + list(gcide()):
+        text = " ".join(text.split())
+        if not text or text in seen:
+            continue
+        seen.add(text)
+        toks = tokenize(text)
+        if toks is None:
+            continue
+        per_source[source] += len(toks)
+        splits[split_of(text)].extend(passages(toks))
+    return splits["train"], splits["dev"], splits["test"], per_source
+
+
 def split_of(text):
     """'test' (1 in 25 documents: the held-out set), 'dev' (1 in 25: tuning the mark biases and
     the question weight) or 'train'."""
@@ -288,20 +307,7 @@ def main():
                          "longer one needs them as its context)")
     args = ap.parse_args()
 
-    train, held, dev = [], [], []
-    seen = set()
-    per_source = collections.Counter()
-    for source, text in list(fortunes()) + list(jargon()) + list(gcide()):
-        text = " ".join(text.split())
-        if not text or text in seen:
-            continue
-        seen.add(text)
-        toks = tokenize(text)
-        if toks is None:
-            continue
-        per_source[source] += len(toks)
-        split = split_of(text)
-        (held if split == "test" else dev if split == "dev" else train).extend(passages(toks))
+    train, dev, held, per_source = load_splits()
     if not train or not held:
         sys.exit("no text: apt-get install fortunes jargon-text dict-gcide")
     words = sum(len(p) for p in train)

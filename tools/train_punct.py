@@ -48,22 +48,6 @@ def case_class(word):
     return 3
 
 
-def load_splits():
-    train, dev, test = [], [], []
-    seen = set()
-    for source, text in list(bp.fortunes()) + list(bp.jargon()) + list(bp.gcide()):
-        text = " ".join(text.split())
-        if not text or text in seen:
-            continue
-        seen.add(text)
-        toks = bp.tokenize(text)
-        if toks is None:
-            continue
-        split = bp.split_of(text)
-        (test if split == "test" else dev if split == "dev" else train).extend(bp.passages(toks))
-    return train, dev, test
-
-
 class Vocab:
     def __init__(self, train):
         counts = collections.Counter(bp.lm_word(w).lower() for p in train for w, _ in p)
@@ -209,7 +193,7 @@ def main():
     torch.set_num_threads(args.threads)
     random.seed(args.seed)
     torch.manual_seed(args.seed)
-    train, dev, test = load_splits()
+    train, dev, test, _ = bp.load_splits()
     table = bp.case_table(train)
     vocab = Vocab(train)
     print(f"train {len(train)} passages, dev {len(dev)}, test {len(test)}; vocab "

@@ -19,11 +19,11 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "engine/text/inverse_normalizer.h"
 #include "engine/text/punctuation_metrics.h"
 #include "engine/text/punctuator.h"
+#include "engine/text/written_words.h"
 
 ABSL_FLAG(std::string, punct_dir, "models/quartznet_en_tts_small/punct", "Model folder.");
 ABSL_FLAG(std::string, heldout, "tests/fixtures/punct/heldout.tsv",
@@ -57,22 +57,23 @@ int main(int argc, char** argv) {
   }
   const double load_ms = 1e3 * (CpuSeconds() - t0);
   if (!absl::GetFlag(FLAGS_text).empty()) {
-    std::string text = absl::GetFlag(FLAGS_text);
+    // The server's own path for a final result (engine/text/written_words.h).
+    std::unique_ptr<const jasper::InverseNormalizer> itn;
     if (!absl::GetFlag(FLAGS_itn_dir).empty()) {
-      auto itn = jasper::InverseNormalizer::Load(absl::GetFlag(FLAGS_itn_dir));
-      if (!itn.ok()) {
-        std::fprintf(stderr, "%s\n", itn.status().ToString().c_str());
+      auto loaded = jasper::InverseNormalizer::Load(absl::GetFlag(FLAGS_itn_dir));
+      if (!loaded.ok()) {
+        std::fprintf(stderr, "%s\n", loaded.status().ToString().c_str());
         return 1;
       }
-      std::vector<std::string> spoken = absl::StrSplit(text, ' ', absl::SkipEmpty());
-      std::vector<std::string> written;
-      for (const jasper::WrittenSpan& span : (*itn)->Normalize(spoken)) {
-        if (!span.text.empty()) written.push_back(span.text);
-      }
-      std::printf("%s\n", absl::StrJoin((*punctuator)->Punctuate(written, true), " ").c_str());
-    } else {
-      std::printf("%s\n", (*punctuator)->PunctuateText(text).c_str());
+      itn = *std::move(loaded);
     }
+    std::string text = absl::GetFlag(FLAGS_text);
+    std::vector<jasper::WordInfo> words;
+    for (absl::string_view w : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+      words.push_back({std::string(w), 0, 0, 1.0f});
+    }
+    jasper::WriteFinal({itn.get(), punctuator->get()}, &text, &words);
+    std::printf("%s\n", text.c_str());
     return 0;
   }
   std::ifstream in(absl::GetFlag(FLAGS_heldout));
