@@ -4,13 +4,17 @@ NeMo's own Python InverseNormalizer, on the same sentences, in one run, one thre
   /tmp/venv-itn/bin/python tools/bench_itn_peers.py [--build build] [--passes 3]
 
 (the venv of tools/export_itn.py: nemo-text-processing + pynini). Prints a Markdown table with
-microseconds per word, per-sentence p50/p99, load time, agreement with NeMo's output, and the
-ratio against NeMo; docs/PERFORMANCE.md ("Inverse text normalization") holds the figures.
+microseconds per word, per-sentence p50/p99, load time, and the ratio against NeMo; then the
+agreement of our written form with NeMo's on the fixture and on --random fresh strings of the
+fixture's words (seed printed), where the grammars' equal-weight alternatives show.
+docs/PERFORMANCE.md ("Inverse text normalization") holds the figures.
 """
 import argparse
 import json
 import os
+import random
 import subprocess
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,6 +31,8 @@ def main():
   p.add_argument("--sentences", default=os.path.join(ROOT, "tests/fixtures/itn/itn_en.tsv"))
   p.add_argument("--itn_dir", default=os.path.join(ROOT, "models/quartznet_en_tts_small/itn"))
   p.add_argument("--passes", type=int, default=3)
+  p.add_argument("--random", type=int, default=1000,
+                 help="fresh random strings of 1-12 fixture words to compare outputs on")
   args = p.parse_args()
   os.environ.setdefault("OMP_NUM_THREADS", "1")
   pairs = []
@@ -67,6 +73,26 @@ def main():
   print(f"| NeMo InverseNormalizer (Python, pynini) | {nemo_us:.1f} | "
         f"{percentile(per_sentence, 0.5):.0f} us | {percentile(per_sentence, 0.99):.0f} us | "
         f"{1e3 * load_s:.0f} ms (grammars built) | 1.0x |")
+
+  seed = random.SystemRandom().randrange(2 ** 32)
+  rng = random.Random(seed)
+  vocabulary = [w for s, _ in pairs for w in s.split()]
+  strings = [" ".join(rng.choice(vocabulary) for _ in range(rng.randint(1, 12)))
+             for _ in range(args.random)]
+  for name, spoken in (("fixture", [s for s, _ in pairs]), (f"random (seed {seed})", strings)):
+    with tempfile.NamedTemporaryFile("w", suffix=".tsv") as f:
+      f.write("".join(s + "\n" for s in spoken))
+      f.flush()
+      written = subprocess.check_output(
+          [os.path.join(args.build, "tools/bench/itn_bench"), f"--itn_dir={args.itn_dir}",
+           f"--sentences={f.name}", "--print"], text=True).split("\n")[:len(spoken)]
+    differ = [(s, w, normalizer.inverse_normalize(s, verbose=False))
+              for s, w in zip(spoken, written)]
+    differ = [d for d in differ if d[1] != d[2]]
+    print(f"\n{name}: ours = NeMo on {len(spoken) - len(differ)}/{len(spoken)} "
+          f"({100 * (1 - len(differ) / len(spoken)):.1f} %)")
+    for s, ours_w, nemo_w in differ[:10]:
+      print(f"  {s!r}: ours {ours_w!r}, NeMo {nemo_w!r}")
 
 
 if __name__ == "__main__":

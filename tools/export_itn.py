@@ -4,7 +4,7 @@ Needs `nemo-text-processing` and `pynini` from PyPI (a venv; never at serve or b
 
   python3 -m venv /tmp/venv-itn && /tmp/venv-itn/bin/pip install nemo-text-processing pynini
   /tmp/venv-itn/bin/python tools/export_itn.py --out models/quartznet_en_tts_small/itn \
-      --fixture tests/fixtures/itn/itn_en.tsv
+      --fixture tests/fixtures/itn/itn_en.tsv --strings-fixture tests/fixtures/itn/itn_en_strings.tsv
 
 --out DIR writes (docs/MODEL_FORMAT.md, "itn/"):
   tagger.fst      ClassifyFst (lower-cased input): spoken words -> 'tokens { ... }' tags; NeMo's
@@ -22,6 +22,9 @@ spoken sentences come from the project's spoken-text tool (tools/spoken_text.py:
 templates and spell_out over written templates for e-mail, URLs, measures, decimals, money,
 ordinals and years) with a fixed seed, plus plain sentences with no number in them; none comes
 from a test set of any model.
+
+--strings-fixture FILE writes the same for 400 strings of 1-12 of those words drawn at random
+(fixed seed): where several taggings weigh the same, they check that the runtime picks NeMo's.
 """
 import argparse
 import hashlib
@@ -194,13 +197,27 @@ def agreement_sentences(n_numbers=260, n_extra=80, seed=20261206):
   return [s for s in out if not (s in seen or seen.add(s))]
 
 
-def write_fixture(path):
+def word_strings(n=400, seed=20261207):
+  """Strings of 1-12 words drawn at random from the agreement sentences' words: number words
+  side by side with no sentence around them, where the grammars' equal-weight alternatives
+  ("votes dot six": "votes.6" or "votes.six") show which one a runtime's search picks."""
+  rng = random.Random(seed)
+  vocabulary = [w for s in agreement_sentences() for w in s.split()]
+  out, seen = [], set()
+  while len(out) < n:
+    s = " ".join(rng.choice(vocabulary) for _ in range(rng.randint(1, 12)))
+    if s not in seen:
+      seen.add(s)
+      out.append(s)
+  return out
+
+
+def write_fixture(path, sentences, flag):
   from nemo_text_processing.inverse_text_normalization.inverse_normalize import InverseNormalizer
   normalizer = InverseNormalizer(lang="en", input_case="lower_cased",
                                  max_number_of_permutations_per_split=MAX_PERMUTATIONS_PER_SPLIT)
-  sentences = agreement_sentences()
   with open(path, "w") as f:
-    f.write("# spoken<TAB>written by NeMo's InverseNormalizer (tools/export_itn.py --fixture)\n")
+    f.write(f"# spoken<TAB>written by NeMo's InverseNormalizer (tools/export_itn.py {flag})\n")
     for s in sentences:
       written = normalizer.inverse_normalize(s, verbose=False)
       assert "\t" not in written and "\n" not in written
@@ -212,13 +229,16 @@ def main():
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--out", help="folder for tagger.fst, verbalizer.fst and itn.json")
   p.add_argument("--fixture", help="write the spoken/written agreement set here")
+  p.add_argument("--strings-fixture", help="write the random word strings' agreement set here")
   args = p.parse_args()
-  if not args.out and not args.fixture:
-    p.error("nothing to do: give --out and/or --fixture")
+  if not args.out and not args.fixture and not args.strings_fixture:
+    p.error("nothing to do: give --out, --fixture and/or --strings-fixture")
   if args.out:
     export_grammars(args.out)
   if args.fixture:
-    write_fixture(args.fixture)
+    write_fixture(args.fixture, agreement_sentences(), "--fixture")
+  if args.strings_fixture:
+    write_fixture(args.strings_fixture, word_strings(), "--strings-fixture")
 
 
 if __name__ == "__main__":

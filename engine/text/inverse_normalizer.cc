@@ -1,8 +1,6 @@
 #include "engine/text/inverse_normalizer.h"
 
-#include <fst/compose.h>
 #include <fst/flags.h>
-#include <fst/shortest-path.h>
 #include <fst/vector-fst.h>
 
 #include <algorithm>
@@ -18,13 +16,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "engine/text/manifest_files.h"
+#include "engine/text/string_transducer.h"
 #include "nlohmann/json.hpp"
 
 namespace jasper {
 
 struct InverseNormalizer::Fsts {
-  std::unique_ptr<fst::StdVectorFst> tagger;
-  std::unique_ptr<fst::StdVectorFst> verbalizer;
+  std::unique_ptr<const StringTransducer> tagger;
+  std::unique_ptr<const StringTransducer> verbalizer;
   std::vector<std::string> tagger_labels;  // output label 256 + i writes tagger_labels[i]
 };
 
@@ -32,46 +31,6 @@ namespace {
 
 constexpr int kFormatVersion = 2;
 constexpr absl::string_view kPreserveOrder = "preserve_order";
-
-// A byte-string acceptor (pynini's byte token type: label = byte value).
-fst::StdVectorFst StringAcceptor(absl::string_view s) {
-  fst::StdVectorFst a;
-  a.ReserveStates(static_cast<int>(s.size()) + 1);
-  int state = a.AddState();
-  a.SetStart(state);
-  for (char c : s) {
-    const int next = a.AddState();
-    a.AddArc(state, fst::StdArc(static_cast<unsigned char>(c), static_cast<unsigned char>(c),
-                                fst::TropicalWeight::One(), next));
-    state = next;
-  }
-  a.SetFinal(state, fst::TropicalWeight::One());
-  return a;
-}
-
-// One arc of a shortest path, in path order.
-struct PathArc {
-  int ilabel;
-  int olabel;
-};
-
-// The single shortest path of `lattice` (nshortest = 1, as NeMo's pynini.shortestpath), in
-// order; false when the lattice has no successful path.
-bool ShortestPathArcs(const fst::StdVectorFst& lattice, std::vector<PathArc>* arcs) {
-  arcs->clear();
-  if (lattice.NumStates() == 0) return false;
-  fst::StdVectorFst path;
-  fst::ShortestPath(lattice, &path, 1);
-  if (path.Start() == fst::kNoStateId) return false;
-  int state = path.Start();
-  for (int steps = 0; steps <= path.NumStates(); ++steps) {
-    fst::ArcIterator<fst::StdVectorFst> it(path, state);
-    if (it.Done()) return path.Final(state) != fst::TropicalWeight::Zero();
-    arcs->push_back({static_cast<int>(it.Value().ilabel), static_cast<int>(it.Value().olabel)});
-    state = it.Value().nextstate;
-  }
-  return false;  // not a path (cannot happen for ShortestPath's output)
-}
 
 // A parsed tag: `key: "value"`, `key: true` (preserve_order), `key { ... }`, or a value NeMo's
 // parser returns as None (an empty string), which its permutation step rejects.
@@ -386,13 +345,18 @@ absl::StatusOr<std::unique_ptr<const InverseNormalizer>> InverseNormalizer::Load
     return invalid("files: required (an object)");
   }
   auto fsts = std::make_unique<Fsts>();
+  std::vector<std::unique_ptr<fst::StdVectorFst>> loaded;  // tagger, verbalizer: read, compiled
   for (auto [name, slot] :
        {std::pair{"tagger.fst", &fsts->tagger}, std::pair{"verbalizer.fst", &fsts->verbalizer}}) {
     const std::filesystem::path path = root / name;
     if (absl::Status s = CheckListedFile(path, manifest["files"], "itn.json"); !s.ok()) return s;
     absl::StatusOr<std::unique_ptr<fst::StdVectorFst>> f = ReadFst(path);
     if (!f.ok()) return f.status();
-    *slot = *std::move(f);
+    loaded.push_back(*std::move(f));
+    absl::StatusOr<std::unique_ptr<const StringTransducer>> compiled =
+        StringTransducer::Compile(*loaded.back(), path.string());
+    if (!compiled.ok()) return compiled.status();
+    *slot = *std::move(compiled);
   }
   const std::filesystem::path labels_path = root / "tagger_labels.json";
   if (absl::Status s = CheckListedFile(labels_path, manifest["files"], "itn.json"); !s.ok())
@@ -400,7 +364,7 @@ absl::StatusOr<std::unique_ptr<const InverseNormalizer>> InverseNormalizer::Load
   absl::StatusOr<std::vector<std::string>> labels = ReadLabels(labels_path);
   if (!labels.ok()) return labels.status();
   fsts->tagger_labels = *std::move(labels);
-  if (absl::Status s = CheckOutputLabels(*fsts->tagger, fsts->tagger_labels.size(),
+  if (absl::Status s = CheckOutputLabels(*loaded.front(), fsts->tagger_labels.size(),
                                          (root / "tagger.fst").string());
       !s.ok()) {
     return s;
@@ -427,10 +391,8 @@ std::vector<WrittenSpan> InverseNormalizer::Normalize(absl::Span<const std::stri
 
   // Tagging: shortest path of spoken o tagger. started[p]: words begun in the input when the
   // p-th tag byte was written.
-  fst::StdVectorFst lattice;
-  fst::Compose(StringAcceptor(spoken), *fsts_->tagger, &lattice);
   std::vector<PathArc> path;
-  if (!ShortestPathArcs(lattice, &path)) return Unchanged(words);
+  if (!fsts_->tagger->ShortestPath(spoken, &path)) return Unchanged(words);
   std::string tagged;
   std::vector<int> started;
   int words_begun = 0;
@@ -471,12 +433,9 @@ std::vector<WrittenSpan> InverseNormalizer::Normalize(absl::Span<const std::stri
     std::vector<std::string> options;
     if (!Permute(group, &options)) return Unchanged(words);
     bool accepted = false;
+    std::vector<PathArc> best;
     for (const std::string& option : options) {
-      fst::StdVectorFst verbalized;
-      fst::Compose(StringAcceptor(option), *fsts_->verbalizer, &verbalized);
-      if (verbalized.NumStates() == 0) continue;
-      std::vector<PathArc> best;
-      if (!ShortestPathArcs(verbalized, &best)) return Unchanged(words);  // NeMo raises: input
+      if (!fsts_->verbalizer->ShortestPath(option, &best)) continue;  // not accepted
       std::string out;
       for (const PathArc& arc : best) {
         if (arc.olabel != 0) out.push_back(static_cast<char>(arc.olabel));

@@ -25,6 +25,8 @@ ABSL_FLAG(std::string, sentences, "tests/fixtures/itn/itn_en.tsv",
           "Spoken sentences: the first tab-separated column of each line ('#' lines skipped).");
 ABSL_FLAG(int, passes, 7, "Timed passes over all sentences (the median is printed).");
 ABSL_FLAG(bool, json, false, "Print one JSON object instead of the table.");
+ABSL_FLAG(bool, print, false,
+          "Print each sentence's written form, one per line, and nothing else (no timing).");
 
 namespace {
 
@@ -62,6 +64,10 @@ int main(int argc, char** argv) {
   if (!itn.ok()) {
     std::fprintf(stderr, "itn_bench: %s\n", std::string(itn.status().message()).c_str());
     return 1;
+  }
+  if (absl::GetFlag(FLAGS_print)) {
+    for (const std::string& s : sentences) std::printf("%s\n", (*itn)->NormalizeText(s).c_str());
+    return 0;
   }
   size_t checksum = 0;
   for (const std::string& s : sentences) checksum += (*itn)->NormalizeText(s).size();  // warm-up
