@@ -3,13 +3,14 @@
 // tools/export_itn.py and applied here as NeMo's InverseNormalizer applies them: the tagger FST
 // classifies the sentence into tokens, each token's fields are serialized in NeMo's permutation
 // order until the verbalizer FST accepts one, and the verbalizer's shortest path is the written
-// token. No Python at serve time. The grammar folder's files: docs/MODEL_FORMAT.md ("itn/").
+// token. Both shortest paths come from StringTransducer (string_transducer.h), which searches
+// the FSTs without building their composition with the input. No Python at serve time. The grammar folder's files: docs/MODEL_FORMAT.md ("itn/").
 //
 // Unlike NeMo's normalizer, which returns one string, Normalize() returns the written tokens with
 // the spoken words each one replaces, so word time offsets stay correct (a written token spans
 // the words it came from).
 //
-// Ownership: owns the two FSTs (immutable after Load). Thread-safety: Normalize() and
+// Ownership: owns the two compiled FSTs (immutable after Load). Thread-safety: Normalize() and
 // NormalizeText() are const and may run concurrently on one instance.
 #ifndef JASPER_ENGINE_TEXT_INVERSE_NORMALIZER_H_
 #define JASPER_ENGINE_TEXT_INVERSE_NORMALIZER_H_
