@@ -136,8 +136,9 @@ ABSL_FLAG(int, max_inflight_windows, kDefaults.streaming.max_inflight_windows,
 
 // Decoding (engine/decoding/ctc_decoder.h, ctc_beam.h).
 ABSL_FLAG(std::string, decoder, kDefaults.decoder,
-          "greedy or beam (CTC prefix beam search with --lm). Per call: RecognitionConfig.decoder "
-          "(jasper API); speech_contexts always use beam.");
+          "greedy or beam (CTC prefix beam search with --lm) for every model; empty: each model's "
+          "model.json default_decoder (greedy when it names none). Per call: "
+          "RecognitionConfig.decoder (jasper API); speech_contexts always use beam.");
 ABSL_FLAG(int, beam_width, kDefaults.beam.beam_width, "Beam search: hypotheses kept. [1, 256]");
 ABSL_FLAG(double, lm_weight, kDefaults.beam.lm_weight,
           "Beam search: weight of the LM's log-probability. [0, 10]");

@@ -81,7 +81,8 @@ grpc::ServerUnaryReactor* RivaService::GetRivaSpeechRecognitionConfig(
       p["chunk_size_ms"] = std::to_string(o.streaming.chunk_ms);
       p["left_padding_ms"] = std::to_string(o.streaming.left_context_ms);
       p["right_padding_ms"] = std::to_string(o.streaming.right_context_ms);
-      p["decoder_type"] = o.decoder;  // greedy or beam (speech_contexts always use beam)
+      // greedy or beam (speech_contexts always use beam)
+      p["decoder_type"] = engine_->DefaultDecoder(*served);
       p["device"] = served->device_name;
     }
   }

@@ -85,9 +85,9 @@ absl::Status ServerOptions::Validate() const {
         "tls_client_ca_file (mutual TLS) needs tls_cert_file and tls_key_file");
   }
   JASPER_RETURN_IF_ERROR(CheckRange("tls_reload_interval_s", tls_reload_interval_s, 1, 86400));
-  if (decoder != "greedy" && decoder != "beam") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("decoder = '", decoder, "' is not one of greedy, beam"));
+  if (!decoder.empty() && decoder != "greedy" && decoder != "beam") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "decoder = '", decoder, "' is not one of greedy, beam (or empty: each model's)"));
   }
   JASPER_RETURN_IF_ERROR(beam.Validate());
   JASPER_RETURN_IF_ERROR(CheckRange("max_boost_phrases", boost_limits.max_phrases, 1, 100000));
@@ -153,7 +153,8 @@ std::string ServerOptions::ToString() const {
   absl::StrAppendFormat(&out,
                         "\ndecoding: decoder=%s beam_width=%d lm_weight=%.3f word_bonus=%.3f "
                         "lm=%s max_boost_phrases=%d max_boost_phrase_chars=%d max_abs_boost=%.1f",
-                        decoder, beam.beam_width, beam.lm_weight, beam.word_bonus,
+                        decoder.empty() ? "(each model's default)" : decoder, beam.beam_width,
+                        beam.lm_weight, beam.word_bonus,
                         lm_file.empty() ? "(model folder's)" : lm_file, boost_limits.max_phrases,
                         boost_limits.max_phrase_chars, boost_limits.max_abs_boost);
   return out;

@@ -133,10 +133,11 @@ struct ServerOptions {
   // `authorization: Bearer <key>` or `x-api-key: <key>`, else UNAUTHENTICATED.
   std::string api_keys_file;
 
-  // Decoding (engine/decoding/ctc_decoder.h): "greedy" (default) or "beam". A request may ask
-  // for either (jasper.asr.v1 RecognitionConfig.decoder); a request with speech_contexts
+  // Decoding (engine/decoding/ctc_decoder.h): "greedy" or "beam" for every model; empty (the
+  // default): each model's model.json default_decoder, greedy when it names none. A request may
+  // ask for either (jasper.asr.v1 RecognitionConfig.decoder); a request with speech_contexts
   // (boosted phrases) is always decoded with beam search.
-  std::string decoder = "greedy";
+  std::string decoder;
   BeamOptions beam;  // beam_width, lm_weight, word_bonus, pruning
   // The default model's word n-gram LM for beam search: ARPA text (*.arpa) or the binary form;
   // "none": no LM; empty: the model folder's (model.json language_model), if any.

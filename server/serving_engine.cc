@@ -189,14 +189,15 @@ void ServingEngine::RegisterMetrics() {
 }
 
 void ServingEngine::LogModel(const ServedModel& m) const {
-  spdlog::info("model '{}'{} from {} ({} labels, {} Hz{}) on device {}: {} worker(s){}{}", m.name,
-               &m == &default_model() ? " (default)" : "", m.dir, m.model->config().labels.size(),
-               m.sample_rate_hz(), m.lm != nullptr ? ", with an LM" : "", m.device_name,
-               m.num_workers, options_.num_workers == 0 ? " (auto)" : "",
-               absl::StartsWith(m.device_name, "cpu")
-                   ? absl::StrCat(", ", options_.cpu_threads, " intra-op thread(s) each, ",
-                                  m.precision, " (", kernels::DescribeCpuFeatures(), ")")
-                   : absl::StrCat(", ", m.precision));
+  spdlog::info(
+      "model '{}'{} from {} ({} labels, {} Hz{}, {} decoding) on device {}: {} worker(s){}{}",
+      m.name, &m == &default_model() ? " (default)" : "", m.dir, m.model->config().labels.size(),
+      m.sample_rate_hz(), m.lm != nullptr ? ", with an LM" : "", DefaultDecoder(m), m.device_name,
+      m.num_workers, options_.num_workers == 0 ? " (auto)" : "",
+      absl::StartsWith(m.device_name, "cpu")
+          ? absl::StrCat(", ", options_.cpu_threads, " intra-op thread(s) each, ", m.precision,
+                         " (", kernels::DescribeCpuFeatures(), ")")
+          : absl::StrCat(", ", m.precision));
 }
 
 ServingEngine::~ServingEngine() {
@@ -223,6 +224,12 @@ absl::StatusOr<const ServedModel*> ServingEngine::FindModel(const std::string& n
   }
   return absl::NotFoundError(
       absl::StrCat("model '", name, "' not found; this server serves ", served));
+}
+
+std::string ServingEngine::DefaultDecoder(const ServedModel& model) const {
+  if (!options_.decoder.empty()) return options_.decoder;
+  if (!model.model->config().default_decoder.empty()) return model.model->config().default_decoder;
+  return "greedy";
 }
 
 absl::Status ServingEngine::Warmup(double seconds, absl::Duration timeout) {
@@ -399,7 +406,7 @@ absl::StatusOr<StreamingOptions> ServingEngine::SessionOptions(const CallConfig&
   if (config.endpoint_silence_ms > 0) {
     options.endpoint_silence_ms = std::min(60000, config.endpoint_silence_ms);
   }
-  const std::string decoder = config.decoder.empty() ? options_.decoder : config.decoder;
+  const std::string decoder = config.decoder.empty() ? DefaultDecoder(served) : config.decoder;
   if (decoder != "greedy" && decoder != "beam") {
     return absl::InvalidArgumentError(
         absl::StrCat("decoder: '", config.decoder, "' is not one of greedy, beam"));

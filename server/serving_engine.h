@@ -140,6 +140,9 @@ class ServingEngine {
 
   // The model a request names (empty: the default); NOT_FOUND naming the served ones.
   absl::StatusOr<const ServedModel*> FindModel(const std::string& name) const;
+  // The decoder a call on `model` that names none gets: the server's --decoder, else the model
+  // folder's default_decoder, else "greedy".
+  std::string DefaultDecoder(const ServedModel& model) const;
   // Every served model, the default first; never empty.
   const std::vector<std::unique_ptr<ServedModel>>& models() const { return models_; }
   const ServedModel& default_model() const { return *models_.front(); }

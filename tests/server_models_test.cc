@@ -1,9 +1,11 @@
 // Several models in one server (ServerOptions::extra_model_dirs), over loopback gRPC: each
 // request runs on the model its config names (the same transcript as a server that serves that
 // model alone), both APIs list every model, unknown names get NOT_FOUND naming the served ones,
-// the metrics number replicas across models, bad folder lists fail at start, and INT8 serves
-// calibrated folders only.
+// the metrics number replicas across models, bad folder lists fail at start, INT8 serves
+// calibrated folders only, and a call without a decoder gets the server's, else its model's
+// default_decoder.
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <set>
 #include <string>
@@ -72,6 +74,23 @@ std::unique_ptr<Running> Start(const ServerOptions& options) {
 std::string Recognize(pb::Asr::Stub* asr, const std::string& model) {
   pb::RecognizeRequest request;
   request.mutable_config()->set_model(model);
+  request.set_audio(ReadFileBytes(kRoot / kWav));
+  pb::RecognizeResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn());
+  const grpc::Status status = asr->Recognize(&context, request, &response);
+  if (!status.ok()) return absl::StrCat("ERROR ", status.error_code(), " ", status.error_message());
+  std::string text;
+  for (const auto& r : response.results()) text += r.alternatives(0).transcript();
+  return text;
+}
+
+// The transcript of kWav offline on `model` with `decoder` ("" = not named).
+std::string RecognizeWith(pb::Asr::Stub* asr, const std::string& model,
+                          const std::string& decoder) {
+  pb::RecognizeRequest request;
+  request.mutable_config()->set_model(model);
+  request.mutable_config()->set_decoder(decoder);
   request.set_audio(ReadFileBytes(kRoot / kWav));
   pb::RecognizeResponse response;
   grpc::ClientContext context;
@@ -221,6 +240,60 @@ TEST(ServerModelsStartTest, EachModelHasItsFoldersLmAndLmFileOverridesTheDefault
   ServerOptions missing = Options(kShipped);
   missing.lm_file = "/nonexistent/lm.bin";
   EXPECT_EQ(JasperServer::Start(missing).status().code(), absl::StatusCode::kNotFound);
+}
+
+// model.json default_decoder: the shipped model's weights in a folder that says "beam" decode
+// with beam search and the folder's LM when neither the call nor the server names a decoder.
+TEST(ServerModelsStartTest, ACallWithoutADecoderGetsTheServersElseItsModelsDefault) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "jasper_default_decoder_beam";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* file : {"model.safetensors", "lm.bin"}) {
+    fs::copy_file(fs::path(kShipped) / file, dir / file);
+  }
+  std::string json = ReadFileBytes(fs::path(kShipped) / "model.json");
+  const std::string name_key = "\"name\": \"quartznet_en_tts_small\",";
+  ASSERT_NE(json.find(name_key), std::string::npos);
+  json.replace(json.find(name_key), name_key.size(),
+               "\"name\": \"beam_by_default\", \"default_decoder\": \"beam\",");
+  for (const char* folder_key :
+       {"\"inverse_text_normalization\": \"itn\",", "\"punctuation\": \"punct\","}) {
+    ASSERT_NE(json.find(folder_key), std::string::npos) << folder_key;
+    json.erase(json.find(folder_key), std::string(folder_key).size());
+  }
+  {
+    std::ofstream out(dir / "model.json");
+    out << json;
+  }
+
+  std::unique_ptr<Running> r = Start(Options(kShipped, {dir.string()}));
+  ASSERT_NE(r, nullptr);
+  const std::string greedy = RecognizeWith(r->asr.get(), "quartznet_en_tts_small", "greedy");
+  const std::string beam = RecognizeWith(r->asr.get(), "quartznet_en_tts_small", "beam");
+  ASSERT_NE(greedy, beam) << "the clip must tell the decoders apart";
+  EXPECT_EQ(beam, "if the revocation is successful");
+  EXPECT_EQ(RecognizeWith(r->asr.get(), "quartznet_en_tts_small", ""), greedy);  // names none
+  EXPECT_EQ(RecognizeWith(r->asr.get(), "beam_by_default", ""), beam);
+  EXPECT_EQ(RecognizeWith(r->asr.get(), "beam_by_default", "greedy"), greedy);  // the call's
+  r.reset();
+
+  ServerOptions greedy_server = Options(kShipped, {dir.string()});
+  greedy_server.decoder = "greedy";  // the server's --decoder outranks the folder
+  r = Start(greedy_server);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(RecognizeWith(r->asr.get(), "beam_by_default", ""), greedy);
+  EXPECT_EQ(RecognizeWith(r->asr.get(), "beam_by_default", "beam"), beam);
+  r.reset();
+
+  json.replace(json.find("\"beam\","), 7, "\"fast\",");
+  {
+    std::ofstream out(dir / "model.json");
+    out << json;
+  }
+  const absl::Status bad = JasperServer::Start(Options(kShipped, {dir.string()})).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("default_decoder"));
+  fs::remove_all(dir);
 }
 
 // --cpu_precision=int8: every served folder needs its INT8 calibration (the shipped one has it;

@@ -204,7 +204,9 @@ TEST_F(ServerTextTest, StreamingFinalsAndInterimsAreWrittenToo) {
   int interims_with_digits = 0;
   for (const std::string& r : written) {
     if (r[0] == 'I' && r.find_first_of("0123456789") != std::string::npos) ++interims_with_digits;
-    if (r[0] == 'I') EXPECT_EQ(r.find("twenty three"), std::string::npos) << r;
+    if (r[0] == 'I') {
+      EXPECT_EQ(r.find("twenty three"), std::string::npos) << r;
+    }
   }
   EXPECT_GE(interims_with_digits, 1);
 }

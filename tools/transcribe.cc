@@ -58,8 +58,9 @@ ABSL_FLAG(int, threads, 1,
 ABSL_FLAG(bool, words, false, "Print word start/end times (ms) and confidences.");
 ABSL_FLAG(bool, json, false, "Print one JSON object per file instead of text.");
 ABSL_FLAG(int, repeat, 1, "Run each file this many times (timing); prints the last.");
-ABSL_FLAG(std::string, decoder, "greedy",
-          "greedy (CTC argmax) or beam (CTC prefix beam search with --lm and --boost).");
+ABSL_FLAG(std::string, decoder, "",
+          "greedy (CTC argmax) or beam (CTC prefix beam search with --lm and --boost). Empty: the "
+          "model folder's default_decoder (model.json), greedy when it names none.");
 ABSL_FLAG(int, beam_width, jasper::BeamOptions().beam_width, "Beam search: hypotheses kept.");
 ABSL_FLAG(double, lm_weight, jasper::BeamOptions().lm_weight,
           "Beam search: weight of the LM's log-probability.");
@@ -98,7 +99,9 @@ std::string JsonEscape(const std::string& s) {
 // The decoder the flags ask for: greedy, or beam search with its options, LM and boosts.
 absl::StatusOr<jasper::DecoderConfig> DecoderFromFlags(const jasper::Model& model) {
   jasper::DecoderConfig config;
-  const std::string name = absl::GetFlag(FLAGS_decoder);
+  std::string name = absl::GetFlag(FLAGS_decoder);
+  if (name.empty()) name = model.config().default_decoder;
+  if (name.empty()) name = "greedy";
   if (name != "greedy" && name != "beam") {
     return absl::InvalidArgumentError("--decoder must be greedy or beam, got '" + name + "'");
   }

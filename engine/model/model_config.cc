@@ -147,6 +147,10 @@ absl::Status ModelConfig::Validate() const {
   if (!punctuation.empty() && !folder_name(punctuation)) {
     return Invalid("punctuation", "must be a folder name in the model folder");
   }
+  if (!default_decoder.empty() && default_decoder != "greedy" && default_decoder != "beam") {
+    return Invalid("default_decoder",
+                   absl::StrCat("'", default_decoder, "' is not one of greedy, beam"));
+  }
   if (feat_in != featurizer.features) {
     return Invalid("encoder.feat_in", absl::StrCat(feat_in, " differs from preprocessor.features ",
                                                    featurizer.features));
@@ -249,6 +253,7 @@ std::string ModelConfigToJson(const ModelConfig& config) {
     root["inverse_text_normalization"] = config.inverse_text_normalization;
   }
   if (!config.punctuation.empty()) root["punctuation"] = config.punctuation;
+  if (!config.default_decoder.empty()) root["default_decoder"] = config.default_decoder;
   root["sample_rate"] = f.sample_rate;
   root["labels"] = config.labels;
   root["preprocessor"] = std::move(pre);

@@ -47,6 +47,10 @@ struct ModelConfig {
   // (engine/text/punctuator.h; punct.json, lm.bin, case.tsv). A plain folder name; empty: none
   // (results stay without marks and capitals whatever a request asks).
   std::string punctuation;
+  // Optional: the decoder a request gets when neither it nor the server names one: "greedy" or
+  // "beam" (CTC prefix beam search, with language_model when there is one). Empty: greedy. A
+  // model whose accuracy rests on its LM says "beam" (docs/MODEL_FORMAT.md).
+  std::string default_decoder;
   FeaturizerConfig featurizer;
   int feat_in = 64;                 // encoder input channels (== featurizer.features)
   std::string activation = "relu";  // only relu

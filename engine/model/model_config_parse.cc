@@ -484,10 +484,10 @@ absl::Status ParseDecoder(const json& object, ModelConfig* config) {
 
 absl::Status ParseTop(const json& root, ModelConfig* config) {
   if (!root.is_object()) return Invalid("model.json", "top level is not a JSON object");
-  JASPER_RETURN_IF_ERROR(
-      CheckKeys(root, "",
-                {"format_version", "name", "language_model", "inverse_text_normalization",
-                 "punctuation", "sample_rate", "labels", "preprocessor", "encoder", "decoder"}));
+  JASPER_RETURN_IF_ERROR(CheckKeys(
+      root, "",
+      {"format_version", "name", "language_model", "inverse_text_normalization", "punctuation",
+       "default_decoder", "sample_rate", "labels", "preprocessor", "encoder", "decoder"}));
   const Section s(root, "");
   JASPER_RETURN_IF_ERROR(s.Int("format_version", true, &config->format_version));
   if (config->format_version != 1) {
@@ -499,6 +499,7 @@ absl::Status ParseTop(const json& root, ModelConfig* config) {
   JASPER_RETURN_IF_ERROR(
       s.String("inverse_text_normalization", false, &config->inverse_text_normalization));
   JASPER_RETURN_IF_ERROR(s.String("punctuation", false, &config->punctuation));
+  JASPER_RETURN_IF_ERROR(s.String("default_decoder", false, &config->default_decoder));
   int sample_rate = 0;
   JASPER_RETURN_IF_ERROR(s.Int("sample_rate", true, &sample_rate));
 
