@@ -101,9 +101,10 @@ put("fuzz_resample", "nan", bytes([1, 5]) + bytes([2]) + struct.pack("<2f", 0.0,
 # fuzz_model_config: the fixtures' model.json files.
 for name in ("quartznet_small", "quartznet_small_legacy", "jasper_dr_small"):
     put("fuzz_model_config", name + ".json", read("tests/fixtures/%s/model/model.json" % name))
-put("fuzz_model_config", "models_default.json",
-    read("models/quartznet_en_tts_small/model.json")) if os.path.exists(
-        os.path.join(ROOT, "models/quartznet_en_tts_small/model.json")) else None
+for seed, folder in (("models_default.json", "quartznet_en_tts_small"),
+                     ("models_natural.json", "quartznet_en_natural")):
+    if os.path.exists(os.path.join(ROOT, "models", folder, "model.json")):
+        put("fuzz_model_config", seed, read("models/%s/model.json" % folder))
 
 
 # fuzz_safetensors: a complete tiny model matching the target's TinyConfig, plus the fixture's

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 tools/install_deps.sh
 BUILD_DIR=${BUILD_DIR:-build}
 BUILD_DIR="$BUILD_DIR" tools/build.sh
-MODEL_DIR=${MODEL_DIR:-models/quartznet_en_tts_small}
+MODEL_DIR=${MODEL_DIR:-models/quartznet_en_natural}
 PORT=${PORT:-50051}
 "$BUILD_DIR/server/jasper-server" --model_dir="$MODEL_DIR" --listen="127.0.0.1:$PORT" &
 SERVER=$!
