@@ -4,7 +4,8 @@
 // classifies the sentence into tokens, each token's fields are serialized in NeMo's permutation
 // order until the verbalizer FST accepts one, and the verbalizer's shortest path is the written
 // token. Both shortest paths come from StringTransducer (string_transducer.h), which searches
-// the FSTs without building their composition with the input. No Python at serve time. The grammar folder's files: docs/MODEL_FORMAT.md ("itn/").
+// the FSTs without building their composition with the input. No Python at serve time. The
+// grammar folder's files: docs/MODEL_FORMAT.md ("itn/").
 //
 // Unlike NeMo's normalizer, which returns one string, Normalize() returns the written tokens with
 // the spoken words each one replaces, so word time offsets stay correct (a written token spans
