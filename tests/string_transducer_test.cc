@@ -367,6 +367,24 @@ TEST_F(ShippedGrammarTest, TaggerMatchesOpenFst) {
   std::printf("%d of %zu sentences had tied best paths\n", ties, sentences.size() + 150);
 }
 
+// A long input (more nodes than a thread keeps between calls) is searched whole, and the next
+// call on the same thread starts clean.
+TEST_F(ShippedGrammarTest, LongInputThenShortOne) {
+  std::unique_ptr<fst::StdVectorFst> tagger = Read("tagger.fst");
+  ASSERT_NE(tagger, nullptr);
+  absl::StatusOr<std::unique_ptr<const StringTransducer>> t =
+      StringTransducer::Compile(*tagger, "tagger.fst");
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<std::string> words;
+  for (int i = 0; i < 2000; ++i) words.push_back(i % 7 == 3 ? "twenty" : "hello");
+  const std::string input = absl::StrJoin(words, " ");
+  std::vector<PathArc> path;
+  float weight = 0;
+  ASSERT_TRUE((*t)->ShortestPath(input, &path, &weight));
+  EXPECT_EQ(Inputs(path), input);
+  ExpectSame(*tagger, **t, "twenty three dollars", Labels());
+}
+
 TEST_F(ShippedGrammarTest, VerbalizerMatchesOpenFst) {
   std::unique_ptr<fst::StdVectorFst> verbalizer = Read("verbalizer.fst");
   ASSERT_NE(verbalizer, nullptr);

@@ -110,6 +110,14 @@ bool StringTransducer::ShortestPath(absl::string_view input, std::vector<PathArc
   thread_local Scratch scratch;
   std::vector<Node>& nodes = scratch.nodes;
   nodes.clear();
+  // A long input's nodes are not kept past the call (the memory a thread keeps stays bounded).
+  struct TrimOnReturn {
+    std::vector<Node>& nodes;
+    ~TrimOnReturn() {
+      constexpr size_t kKeptNodes = size_t{1} << 16;  // 1 MiB
+      if (nodes.capacity() > kKeptNodes) std::vector<Node>().swap(nodes);
+    }
+  } trim{nodes};
   if (scratch.slot.size() < final_.size()) {
     scratch.slot.resize(final_.size());
     scratch.stamp.assign(final_.size(), 0);

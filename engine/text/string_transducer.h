@@ -11,7 +11,8 @@
 // Ownership: owns a compact copy of the FST's arcs (16 bytes per arc), immutable after Compile.
 // Thread-safety: ShortestPath() is const and may run concurrently on one instance; each calling
 // thread keeps its search memory for reuse (thread_local: 8 bytes per state of the largest
-// transducer it searched, about 480 KB for the shipped tagger, plus 16 bytes per search node).
+// transducer it searched, about 480 KB for the shipped tagger, plus 16 bytes per search node,
+// at most 1 MiB of them kept between calls).
 #ifndef JASPER_ENGINE_TEXT_STRING_TRANSDUCER_H_
 #define JASPER_ENGINE_TEXT_STRING_TRANSDUCER_H_
 
