@@ -52,7 +52,8 @@ ABSL_FLAG(bool, speech_events, false, "Streaming: ask for utterance start/end ev
 ABSL_FLAG(int, force_final_every_ms, 0,
           "Streaming: send a force_final control after every this many ms of audio (0: never).");
 ABSL_FLAG(std::string, model, "", "Model name (empty: the server's default).");
-ABSL_FLAG(std::string, decoder, "", "greedy or beam (empty: the server's --decoder).");
+ABSL_FLAG(std::string, decoder, "",
+          "greedy or beam (empty: the server's --decoder, else the model's default_decoder).");
 ABSL_FLAG(int, max_alternatives, 0,
           "Alternatives per final result, 0-10 (above 1: beam search); text output prints the "
           "others indented under the transcript.");
