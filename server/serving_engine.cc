@@ -227,9 +227,7 @@ absl::StatusOr<const ServedModel*> ServingEngine::FindModel(const std::string& n
 }
 
 std::string ServingEngine::DefaultDecoder(const ServedModel& model) const {
-  if (!options_.decoder.empty()) return options_.decoder;
-  if (!model.model->config().default_decoder.empty()) return model.model->config().default_decoder;
-  return "greedy";
+  return options_.decoder.empty() ? model.model->config().decoder_or_greedy() : options_.decoder;
 }
 
 absl::Status ServingEngine::Warmup(double seconds, absl::Duration timeout) {

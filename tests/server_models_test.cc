@@ -70,24 +70,10 @@ std::unique_ptr<Running> Start(const ServerOptions& options) {
   return r;
 }
 
-// The transcript of kWav offline on `model` ("" = the default), or "ERROR <code> <message>".
-std::string Recognize(pb::Asr::Stub* asr, const std::string& model) {
-  pb::RecognizeRequest request;
-  request.mutable_config()->set_model(model);
-  request.set_audio(ReadFileBytes(kRoot / kWav));
-  pb::RecognizeResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineIn());
-  const grpc::Status status = asr->Recognize(&context, request, &response);
-  if (!status.ok()) return absl::StrCat("ERROR ", status.error_code(), " ", status.error_message());
-  std::string text;
-  for (const auto& r : response.results()) text += r.alternatives(0).transcript();
-  return text;
-}
-
-// The transcript of kWav offline on `model` with `decoder` ("" = not named).
-std::string RecognizeWith(pb::Asr::Stub* asr, const std::string& model,
-                          const std::string& decoder) {
+// The transcript of kWav offline on `model` ("" = the default) with `decoder` ("" = not named),
+// or "ERROR <code> <message>".
+std::string Recognize(pb::Asr::Stub* asr, const std::string& model,
+                      const std::string& decoder = "") {
   pb::RecognizeRequest request;
   request.mutable_config()->set_model(model);
   request.mutable_config()->set_decoder(decoder);
@@ -268,21 +254,21 @@ TEST(ServerModelsStartTest, ACallWithoutADecoderGetsTheServersElseItsModelsDefau
 
   std::unique_ptr<Running> r = Start(Options(kShipped, {dir.string()}));
   ASSERT_NE(r, nullptr);
-  const std::string greedy = RecognizeWith(r->asr.get(), "quartznet_en_tts_small", "greedy");
-  const std::string beam = RecognizeWith(r->asr.get(), "quartznet_en_tts_small", "beam");
+  const std::string greedy = Recognize(r->asr.get(), "quartznet_en_tts_small", "greedy");
+  const std::string beam = Recognize(r->asr.get(), "quartznet_en_tts_small", "beam");
   ASSERT_NE(greedy, beam) << "the clip must tell the decoders apart";
   EXPECT_EQ(beam, "if the revocation is successful");
-  EXPECT_EQ(RecognizeWith(r->asr.get(), "quartznet_en_tts_small", ""), greedy);  // names none
-  EXPECT_EQ(RecognizeWith(r->asr.get(), "beam_by_default", ""), beam);
-  EXPECT_EQ(RecognizeWith(r->asr.get(), "beam_by_default", "greedy"), greedy);  // the call's
+  EXPECT_EQ(Recognize(r->asr.get(), "quartznet_en_tts_small", ""), greedy);  // names none
+  EXPECT_EQ(Recognize(r->asr.get(), "beam_by_default", ""), beam);
+  EXPECT_EQ(Recognize(r->asr.get(), "beam_by_default", "greedy"), greedy);  // the call's
   r.reset();
 
   ServerOptions greedy_server = Options(kShipped, {dir.string()});
   greedy_server.decoder = "greedy";  // the server's --decoder outranks the folder
   r = Start(greedy_server);
   ASSERT_NE(r, nullptr);
-  EXPECT_EQ(RecognizeWith(r->asr.get(), "beam_by_default", ""), greedy);
-  EXPECT_EQ(RecognizeWith(r->asr.get(), "beam_by_default", "beam"), beam);
+  EXPECT_EQ(Recognize(r->asr.get(), "beam_by_default", ""), greedy);
+  EXPECT_EQ(Recognize(r->asr.get(), "beam_by_default", "beam"), beam);
   r.reset();
 
   json.replace(json.find("\"beam\","), 7, "\"fast\",");

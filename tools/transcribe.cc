@@ -100,8 +100,7 @@ std::string JsonEscape(const std::string& s) {
 absl::StatusOr<jasper::DecoderConfig> DecoderFromFlags(const jasper::Model& model) {
   jasper::DecoderConfig config;
   std::string name = absl::GetFlag(FLAGS_decoder);
-  if (name.empty()) name = model.config().default_decoder;
-  if (name.empty()) name = "greedy";
+  if (name.empty()) name = model.config().decoder_or_greedy();
   if (name != "greedy" && name != "beam") {
     return absl::InvalidArgumentError("--decoder must be greedy or beam, got '" + name + "'");
   }

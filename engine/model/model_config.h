@@ -60,6 +60,10 @@ struct ModelConfig {
   std::vector<std::string> labels;  // CTC vocabulary; blank = labels.size()
 
   int blank_id() const { return static_cast<int>(labels.size()); }
+  // default_decoder, or "greedy" when the folder names none.
+  std::string decoder_or_greedy() const {
+    return default_decoder.empty() ? "greedy" : default_decoder;
+  }
   int num_outputs() const { return static_cast<int>(labels.size()) + 1; }
   // Total time subsampling: the product over blocks of stride^repeat, since NeMo strides every
   // sub-block of a block (2 for QuartzNet/Jasper, whose strided blocks have repeat 1).

@@ -36,7 +36,6 @@ absl::StatusOr<std::unique_ptr<const StringTransducer>> StringTransducer::Compil
   t->first_arc_.assign(num_states + 1, 0);
   t->first_byte_arc_.assign(num_states, 0);
   t->final_.assign(num_states, std::numeric_limits<float>::infinity());
-  t->has_byte_arcs_.assign(num_states, 0);
   int64_t total_arcs = 0;
   for (int64_t s = 0; s < num_states; ++s) total_arcs += fst.NumArcs(s);
   if (total_arcs >= std::numeric_limits<int32_t>::max()) return invalid("too many arcs");
@@ -61,11 +60,7 @@ absl::StatusOr<std::unique_ptr<const StringTransducer>> StringTransducer::Compil
       }
       if (std::isnan(a.weight.Value())) return invalid(absl::StrCat("state ", s, ": a NaN weight"));
       previous = static_cast<int>(a.ilabel);
-      if (a.ilabel == 0) {
-        ++epsilon_in[a.nextstate];
-      } else {
-        t->has_byte_arcs_[s] = 1;
-      }
+      if (a.ilabel == 0) ++epsilon_in[a.nextstate];
       t->arcs_.push_back({static_cast<int32_t>(a.ilabel), static_cast<int32_t>(a.olabel),
                           a.weight.Value(), static_cast<int32_t>(a.nextstate)});
     }
@@ -136,7 +131,7 @@ bool StringTransducer::ShortestPath(absl::string_view input, std::vector<PathArc
   auto useful = [&](int32_t state) {
     if (first_byte_arc_[state] != first_arc_[state]) return true;  // epsilon arcs go on
     return last_layer ? final_[state] != std::numeric_limits<float>::infinity()
-                      : has_byte_arcs_[state] != 0;
+                      : first_byte_arc_[state] != first_arc_[state + 1];  // reads on
   };
   auto relax = [&](int32_t state, float w, int32_t prev, int32_t arc) {
     if (scratch.stamp[state] != scratch.layer_stamp) {

@@ -53,8 +53,6 @@ class StringTransducer {
   bool ShortestPath(absl::string_view input, std::vector<PathArc>* path,
                     float* weight = nullptr) const;
 
-  int num_states() const { return static_cast<int>(final_.size()); }
-
  private:
   struct Arc {
     int32_t ilabel;
@@ -68,9 +66,8 @@ class StringTransducer {
   std::vector<int32_t> first_arc_;       // [num_states + 1]; a state's arcs, sorted by input label
   std::vector<int32_t> first_byte_arc_;  // [num_states]: its first arc with an input byte
   std::vector<Arc> arcs_;
-  std::vector<float> final_;            // +inf where not final
-  std::vector<int32_t> epsilon_rank_;   // topological rank in the input-epsilon graph
-  std::vector<uint8_t> has_byte_arcs_;  // [num_states]: can read more input
+  std::vector<float> final_;           // +inf where not final
+  std::vector<int32_t> epsilon_rank_;  // topological rank in the input-epsilon graph
 };
 
 }  // namespace jasper
