@@ -15,11 +15,21 @@ so the LM's text holds each sentence's first word in its usual case and the punc
 capitalizes the word after . or ? itself.
 
 Text (licenses: docs/MODEL_CARD's punctuation section), split into documents, each document
-deterministically in the held-out part or the training part by a hash of its text (1 in 25):
+deterministically in the held-out part, the dev part or the training part by a hash of its text
+(1, 1 and 23 in 25). --sources picks the training sources (default: the three below, as the
+shipped punct/ is trained); the others were tried (docs/PERFORMANCE.md) and gave no gain:
   fortunes     /usr/share/games/fortunes/* (package fortunes; BSD-style and public domain)
   jargon       The Jargon File 4.4.7 paragraphs (package jargon-text; public domain)
   gcide        quotations of the GNU Collaborative International Dictionary of English, mostly
                from 1913 Webster's literary citations (package dict-gcide; GPL-3+)
+  devil        Ambrose Bierce's The Devil's Dictionary (package dict-devil; public domain)
+  perl         Perl's manual pages, prose paragraphs (package perl-doc; Artistic or GPL)
+  gnome        GNOME's desktop help, paragraphs and question headings (gnome-user-docs; CC-BY-SA)
+  kjv          the King James Bible, a chapter per document (package bible-kjv; public domain)
+The held-out and dev passages come from the three fixture sources (--heldout-sources). A training
+passage that shares a run of 8 words with any dev or held-out passage is dropped (a quotation two
+documents both carry): 235 of the three sources' 49,882 were, and the punct/ built before this
+guard (2026-12-06) had trained on them.
 Normalization: ! and ; count as . ; : and dashes as , ; quotes, brackets and other symbols go;
 hyphenated words split; a period after a known abbreviation or a single letter is not a mark;
 any token with a digit is <num> to the LM (the punctuator maps ITN's digits the same way); passages
@@ -118,6 +128,103 @@ def gcide():
             quote = []
 
 
+def devil():
+    """The Devil's Dictionary (Ambrose Bierce, 1911; public domain): each definition, its
+    headword and part of speech cut off."""
+    path = "/usr/share/dictd/devil.dict.dz"
+    if not os.path.exists(path):
+        return
+    text = gzip.open(path, "rt", encoding="utf-8", errors="ignore").read()
+    head = re.compile(r"^[A-Z][A-Z' .-]*,\s*(?:[a-z]{1,6}\.\s*)+")
+    for para in re.split(r"\n\s*\n", text):
+        lines = [ln.strip() for ln in para.split("\n")]
+        if not lines or lines[0].startswith(("00-", "http")):
+            continue
+        yield "devil", head.sub("", " ".join(lines)).replace("_", "")
+
+
+def perl_pod():
+    """Perl's manual pages (package perl-doc; Artistic or GPL): the prose paragraphs of every
+    page but the release notes (code, lists of names and POD commands dropped), and the
+    headings that are questions (the FAQ's "How do I ...?")."""
+    base = "/usr/share/perl/5.36/pod"
+    if not os.path.isdir(base):
+        return
+    for name in sorted(os.listdir(base)):
+        if not name.endswith(".pod") or "delta" in name or "toc" in name:
+            continue
+        text = open(os.path.join(base, name), encoding="utf-8", errors="ignore").read()
+        for para in re.split(r"\n\s*\n", text):
+            if not para or para[0].isspace():
+                continue  # verbatim code
+            if para.startswith("="):
+                m = re.match(r"=head\d\s+(.*\?)\s*$", para.strip(), re.S)
+                if not m:
+                    continue
+                para = m.group(1)
+            for _ in range(3):  # formatting codes: C<x>, L<text|link>, B<< x >>
+                para = re.sub(r"[A-Z]<+\s*(?:([^<>|]*)\|)?([^<>]*?)\s*>+",
+                              lambda m: m.group(1) or m.group(2), para)
+            if re.search(r"[$@%{};=]|->|::", para):
+                continue  # prose about code, full of symbols the recognizer never writes
+            yield "perl", para
+
+
+def gnome_help():
+    """The GNOME desktop's user help (package gnome-user-docs; CC-BY-SA 3.0): every paragraph
+    and every heading that is a question, from the English pages."""
+    import xml.etree.ElementTree as ET
+    base = "/usr/share/help/C/gnome-help"
+    if not os.path.isdir(base):
+        return
+    for name in sorted(os.listdir(base)):
+        if not name.endswith(".page"):
+            continue
+        try:
+            root = ET.parse(os.path.join(base, name)).getroot()
+        except ET.ParseError:
+            continue
+        for el in root.iter():
+            tag = el.tag.rsplit("}", 1)[-1]
+            if tag not in ("p", "title"):
+                continue
+            text = " ".join("".join(el.itertext()).split())
+            if tag == "title" and not text.endswith("?"):
+                continue
+            yield "gnome", text
+
+
+def kjv():
+    """The King James Bible (package bible-kjv-text; public domain): one document a chapter."""
+    try:
+        out = subprocess.run(["bible", "-f", "Ge1:1-Re22:21"], capture_output=True,
+                             text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return
+    chapter, verses = None, []
+    for line in out.split("\n"):
+        m = re.match(r"^([1-3]?[A-Za-z]+)(\d+):\d+ (.*)", line)
+        if m:
+            if (m.group(1), m.group(2)) != chapter and verses:
+                yield "kjv", " ".join(verses)
+                verses = []
+            chapter = (m.group(1), m.group(2))
+            verses.append(m.group(3))
+        elif line.strip() and verses:
+            verses[-1] += " " + line.strip()
+    if verses:
+        yield "kjv", " ".join(verses)
+
+
+SOURCES = {"fortunes": fortunes, "jargon": jargon, "gcide": gcide, "devil": devil,
+           "perl": perl_pod, "gnome": gnome_help, "kjv": kjv}
+PACKAGES = {"fortunes": "fortunes", "jargon": "jargon-text", "gcide": "dict-gcide",
+            "devil": "dict-devil", "perl": "perl-doc", "gnome": "gnome-user-docs",
+            "kjv": "bible-kjv"}
+# The sources of the committed held-out set (tests/fixtures/punct/heldout.tsv).
+FIXTURE_SOURCES = ("fortunes", "jargon", "gcide")
+
+
 TOKEN = re.compile(r"\$?\d[\d,.:/]*\d(?:st|nd|rd|th|s|%)?|\$?\d(?:st|nd|rd|th|s|%)?|"
                    r"[A-Za-z]+(?:'[A-Za-z]+)*|[.!?;:,]|--|\u2014|\u2013")
 
@@ -173,22 +280,40 @@ def passages(tokens):
         yield cur
 
 
-def load_splits():
-    """(train, dev, test, words per source): every document once, tokenized, cut into passages,
-    each in the split its text hashes to. tools/train_punct.py reads the same."""
+def load_splits(sources=FIXTURE_SOURCES, guard=8):
+    """(train, dev, test, words per source): every document of `sources` once, tokenized, cut
+    into passages, each in the split its text hashes to. Each passage is a (source, tokens) pair.
+    A training passage that shares a run of `guard` words with a dev or held-out passage (a
+    quotation that two sources both carry, say) is dropped, so no held-out text is trained on.
+    tools/train_punct.py reads the same."""
     splits = {"train": [], "dev": [], "test": []}
     seen = set()
     per_source = collections.Counter()
-    for source, text in list(fortunes()) + list(jargon()) + list(gcide()):
-        text = " ".join(text.split())
-        if not text or text in seen:
-            continue
-        seen.add(text)
-        toks = tokenize(text)
-        if toks is None:
-            continue
-        per_source[source] += len(toks)
-        splits[split_of(text)].extend(passages(toks))
+    for source in sources:
+        for _, text in SOURCES[source]():
+            text = " ".join(text.split())
+            if not text or text in seen:
+                continue
+            seen.add(text)
+            toks = tokenize(text)
+            if toks is None:
+                continue
+            per_source[source] += len(toks)
+            splits[split_of(text)].extend((source, p) for p in passages(toks))
+    if guard:
+        def runs(p):
+            w = [t.lower() for t, _ in p]
+            return {" ".join(w[i:i + guard]) for i in range(len(w) - guard + 1)}
+        kept = set()
+        for name in ("dev", "test"):
+            for _, p in splits[name]:
+                kept |= runs(p)
+        before = len(splits["train"])
+        splits["train"] = [(s, p) for s, p in splits["train"] if not runs(p) & kept]
+        dropped = before - len(splits["train"])
+        if dropped:
+            print(f"dropped {dropped} training passages that share {guard} words with dev or "
+                  "held-out text", flush=True)
     return splits["train"], splits["dev"], splits["test"], per_source
 
 
@@ -296,6 +421,11 @@ def main():
     ap.add_argument("--heldout", help="held-out passages to write (input<TAB>reference)")
     ap.add_argument("--heldout-count", type=int, default=1200)
     ap.add_argument("--dev", help="dev passages to write (input<TAB>reference), for tuning")
+    ap.add_argument("--sources", default=",".join(FIXTURE_SOURCES),
+                    help="comma-separated text sources to train on, of: " + ", ".join(SOURCES))
+    ap.add_argument("--heldout-sources", default=",".join(FIXTURE_SOURCES),
+                    help="the sources --heldout and --dev draw from (default: the committed "
+                         "fixture's)")
     ap.add_argument("--bias", type=float, nargs=3, default=[0.3, 0.0, 0.0],
                     help="log10 bonus per placed , . ? (punct.json mark_bias)")
     ap.add_argument("--question-weight", type=float, default=1.0,
@@ -307,7 +437,17 @@ def main():
                          "longer one needs them as its context)")
     args = ap.parse_args()
 
-    train, dev, held, per_source = load_splits()
+    sources = [x for x in args.sources.split(",") if x]
+    held_sources = [x for x in args.heldout_sources.split(",") if x]
+    unknown = [x for x in sources + held_sources if x not in SOURCES]
+    if unknown:
+        sys.exit(f"unknown source(s) {unknown}; known: {', '.join(SOURCES)}")
+    # Every source that is scored or trained is split, so the guard sees all held-out text.
+    train, dev, held, per_source = load_splits(
+        [x for x in SOURCES if x in sources or x in held_sources])
+    train = [p for s, p in train if s in sources]
+    dev = [p for s, p in dev if s in held_sources]
+    held = [p for s, p in held if s in held_sources]
     if not train or not held:
         sys.exit("no text: apt-get install fortunes jargon-text dict-gcide")
     words = sum(len(p) for p in train)
@@ -348,8 +488,8 @@ def main():
         "question_weight": args.question_weight,
         "files": files,
         "training_text": {"passages": len(train), "words": words,
-                          "words_per_source": dict(per_source),
-                          "sources": "Debian fortunes, jargon-text, dict-gcide"},
+                          "words_per_source": {k: per_source[k] for k in sources},
+                          "sources": "Debian " + ", ".join(PACKAGES[x] for x in sources)},
         "lm": {"order": args.order, "prune": args.prune,
                "ngrams": {str(n): len(model[n]) for n in sorted(model)}},
     }
