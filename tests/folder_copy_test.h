@@ -1,6 +1,7 @@
 // FolderCopyTest: a per-test copy of a shipped model sub-folder (itn/, punct/, punct_cnn/) in the
 // temp directory, for tests that damage files and check the loader's error. Subclasses copy the
-// folder in SetUp (CopyFolder) and give LoadStatus(); the copy is removed after each test.
+// folder in SetUp (CopyFolder) and give LoadStatus(); the copy is removed after each test. Also
+// two helpers of the model-folder tests: ReadManifest and ParseFloats.
 #ifndef JASPER_TESTS_FOLDER_COPY_TEST_H_
 #define JASPER_TESTS_FOLDER_COPY_TEST_H_
 
@@ -10,6 +11,11 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
 
 namespace jasper::test_util {
 
@@ -34,6 +40,23 @@ class FolderCopyTest : public ::testing::Test {
   }
   std::filesystem::path dir_;
 };
+
+// DIR/punct.json (or another manifest) parsed; a discarded value when it is not JSON.
+inline nlohmann::json ReadManifest(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+}
+
+// Space-separated floats (a fixture's column); a field that is not a number fails the test.
+inline std::vector<float> ParseFloats(const std::string& text) {
+  std::vector<float> out;
+  for (absl::string_view field : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    float v = 0;
+    EXPECT_TRUE(absl::SimpleAtof(field, &v)) << field;
+    out.push_back(v);
+  }
+  return out;
+}
 
 }  // namespace jasper::test_util
 

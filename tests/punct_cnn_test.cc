@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "engine/text/punctuator.h"
@@ -27,20 +26,7 @@ fs::path Shipped() {
   return fs::path(JASPER_SOURCE_DIR) / "models/quartznet_en_tts_small/punct_cnn";
 }
 
-nlohmann::json Manifest(const fs::path& dir) {
-  std::ifstream in(dir / "punct.json");
-  return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-}
-
-std::vector<float> Numbers(const std::string& text) {
-  std::vector<float> out;
-  for (absl::string_view field : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
-    float v = 0;
-    EXPECT_TRUE(absl::SimpleAtof(field, &v)) << field;
-    out.push_back(v);
-  }
-  return out;
-}
+nlohmann::json Manifest(const fs::path& dir) { return test_util::ReadManifest(dir / "punct.json"); }
 
 TEST(TokenCnnTest, LogitsMatchPyTorch) {
   absl::StatusOr<std::unique_ptr<const TokenCnn>> cnn =
@@ -53,7 +39,8 @@ TEST(TokenCnnTest, LogitsMatchPyTorch) {
     std::vector<std::string> cols = absl::StrSplit(line, '\t');
     ASSERT_EQ(cols.size(), 3u);
     const std::vector<std::string> words = absl::StrSplit(cols[0], ' ', absl::SkipEmpty());
-    const std::vector<float> marks = Numbers(cols[1]), cases = Numbers(cols[2]);
+    const std::vector<float> marks = test_util::ParseFloats(cols[1]),
+                             cases = test_util::ParseFloats(cols[2]);
     ASSERT_EQ(marks.size(), words.size() * TokenCnn::kClasses);
     ASSERT_EQ(cases.size(), words.size() * TokenCnn::kClasses);
     // Poisoned first: every output must be written by Forward.

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "jasper/asr/v1/asr.grpc.pb.h"
 #include "riva/proto/riva_asr.grpc.pb.h"
+#include "tests/folder_copy_test.h"
 #include "tests/server_test_util.h"
 #include "tests/shipped_model_server.h"
 
@@ -55,7 +56,11 @@ class ServerTextTest : public test_util::ShippedModelServerTest {
     auto itn = InverseNormalizer::Load((ShippedModelDir() / "itn").string());
     ASSERT_TRUE(itn.ok()) << itn.status();
     itn_ = itn->release();
-    auto punct = Punctuator::Load((ShippedModelDir() / "punct").string());
+    // The punctuation folder the shipped model.json names.
+    const nlohmann::json manifest = test_util::ReadManifest(ShippedModelDir() / "model.json");
+    ASSERT_TRUE(manifest.contains("punctuation") && manifest["punctuation"].is_string());
+    auto punct =
+        Punctuator::Load((ShippedModelDir() / manifest["punctuation"].get<std::string>()).string());
     ASSERT_TRUE(punct.ok()) << punct.status();
     punct_ = punct->release();
   }

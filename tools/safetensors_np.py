@@ -39,7 +39,9 @@ def write_safetensors(path, tensors, metadata=None, dtype="F32"):
   os.replace(tmp, path)
 
 
-def read_safetensors(path):
+def read_safetensors(path, skip_other_dtypes=False):
+  """{name: float32 array}. A tensor of another dtype (e.g. I64 ids) is an error, or skipped with
+  skip_other_dtypes."""
   with open(path, "rb") as f:
     raw = f.read()
   (n,) = struct.unpack("<Q", raw[:8])
@@ -48,6 +50,8 @@ def read_safetensors(path):
   data = raw[8 + n:]
   out = {}
   for name, e in header.items():
+    if skip_other_dtypes and e["dtype"] not in _DTYPES:
+      continue
     assert e["dtype"] in _DTYPES, (name, e["dtype"])
     b, end = e["data_offsets"]
     raw_values = np.frombuffer(data[b:end], dtype=_DTYPES[e["dtype"]])

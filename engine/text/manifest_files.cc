@@ -1,5 +1,7 @@
 #include "engine/text/manifest_files.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <system_error>
@@ -26,6 +28,29 @@ absl::Status CheckListedFile(const std::filesystem::path& path, const nlohmann::
                                                    " (a truncated or replaced file)"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> ReadFiniteTensor(const SafetensorsFile& file,
+                                                    const std::filesystem::path& path,
+                                                    const std::string& name,
+                                                    const std::vector<int64_t>& shape) {
+  auto invalid = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", what));
+  };
+  const TensorView* view = file.Find(name);
+  if (view == nullptr) return invalid(absl::StrCat("no tensor ", name));
+  if (view->shape != shape) {
+    std::string want, got;
+    for (int64_t d : shape) absl::StrAppend(&want, want.empty() ? "" : ",", d);
+    for (int64_t d : view->shape) absl::StrAppend(&got, got.empty() ? "" : ",", d);
+    return invalid(absl::StrCat(name, ": shape [", got, "], want [", want, "]"));
+  }
+  absl::StatusOr<std::vector<float>> values = file.GetFloat(name);
+  if (!values.ok()) return invalid(values.status().message());
+  if (!std::all_of(values->begin(), values->end(), [](float v) { return std::isfinite(v); })) {
+    return invalid(absl::StrCat(name, ": a value is not finite"));
+  }
+  return values;
 }
 
 }  // namespace jasper

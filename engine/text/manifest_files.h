@@ -1,14 +1,20 @@
-// Checks that a model sub-folder's manifest (itn/itn.json, punct/punct.json) lists: each file it
-// names must exist with the byte count the manifest states, so a truncated or replaced file is a
-// load error that names it rather than a wrong result later.
-// Thread-safety: a pure function over its arguments (it reads the file system).
+// Reading a model sub-folder's files (itn/itn.json, punct/punct.json): each file the manifest
+// names must exist with the byte count it states, so a truncated or replaced file is a load
+// error that names it rather than a wrong result later; tensors are checked for shape and
+// finite values.
+// Thread-safety: pure functions over their arguments (they read the file system).
 #ifndef JASPER_ENGINE_TEXT_MANIFEST_FILES_H_
 #define JASPER_ENGINE_TEXT_MANIFEST_FILES_H_
 
+#include <cstdint>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/io/safetensors.h"
 #include "nlohmann/json.hpp"
 
 namespace jasper {
@@ -18,6 +24,13 @@ namespace jasper {
 // when the manifest has no byte count for it or the size differs.
 absl::Status CheckListedFile(const std::filesystem::path& path, const nlohmann::json& files,
                              absl::string_view manifest_name);
+
+// The tensor `name` of `file` (read from `path`) as FP32, which must have exactly `shape` and
+// only finite values; INVALID_ARGUMENT naming the file and the tensor otherwise.
+absl::StatusOr<std::vector<float>> ReadFiniteTensor(const SafetensorsFile& file,
+                                                    const std::filesystem::path& path,
+                                                    const std::string& name,
+                                                    const std::vector<int64_t>& shape);
 
 }  // namespace jasper
 

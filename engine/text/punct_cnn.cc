@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "engine/io/safetensors.h"
+#include "engine/text/manifest_files.h"
 
 namespace jasper {
 namespace {
@@ -37,27 +38,6 @@ absl::Status ReadList(const std::filesystem::path& path, absl::flat_hash_map<std
   if (row < 2) return Invalid(path, "the first two lines must be <pad> and <unk>");
   *count = row;
   return absl::OkStatus();
-}
-
-// The tensor `name` as FP32 with exactly `shape`, every value finite.
-absl::StatusOr<std::vector<float>> Tensor(const SafetensorsFile& file,
-                                          const std::filesystem::path& path,
-                                          const std::string& name,
-                                          const std::vector<int64_t>& shape) {
-  const TensorView* view = file.Find(name);
-  if (view == nullptr) return Invalid(path, absl::StrCat("no tensor ", name));
-  if (view->shape != shape) {
-    std::string want, got;
-    for (int64_t d : shape) absl::StrAppend(&want, want.empty() ? "" : ",", d);
-    for (int64_t d : view->shape) absl::StrAppend(&got, got.empty() ? "" : ",", d);
-    return Invalid(path, absl::StrCat(name, ": shape [", got, "], want [", want, "]"));
-  }
-  absl::StatusOr<std::vector<float>> values = file.GetFloat(name);
-  if (!values.ok()) return Invalid(path, values.status().message());
-  if (!std::all_of(values->begin(), values->end(), [](float v) { return std::isfinite(v); })) {
-    return Invalid(path, absl::StrCat(name, ": a value is not finite"));
-  }
-  return values;
 }
 
 bool IntIn(const nlohmann::json& v, int lo, int hi) {
@@ -110,10 +90,10 @@ absl::StatusOr<std::unique_ptr<const TokenCnn>> TokenCnn::Load(const std::filesy
   const int64_t e = cnn->embedding_, se = cnn->suffix_embedding_, ch = cnn->channels_,
                 k = cnn->kernel_;
   absl::StatusOr<std::vector<float>> table =
-      Tensor(*file, weights_path, "embed.weight", {num_words, e});
+      ReadFiniteTensor(*file, weights_path, "embed.weight", {num_words, e});
   if (!table.ok()) return table.status();
   cnn->word_table_ = *std::move(table);
-  table = Tensor(*file, weights_path, "suffix.weight", {num_suffixes, se});
+  table = ReadFiniteTensor(*file, weights_path, "suffix.weight", {num_suffixes, se});
   if (!table.ok()) return table.status();
   cnn->suffix_table_ = *std::move(table);
 
@@ -121,9 +101,10 @@ absl::StatusOr<std::unique_ptr<const TokenCnn>> TokenCnn::Load(const std::filesy
   auto conv = [&](const std::string& name, int64_t in, int64_t out, int64_t taps, int dilation,
                   Conv* dst) -> absl::Status {
     absl::StatusOr<std::vector<float>> w =
-        Tensor(*file, weights_path, name + ".weight", {out, in, taps});
+        ReadFiniteTensor(*file, weights_path, name + ".weight", {out, in, taps});
     if (!w.ok()) return w.status();
-    absl::StatusOr<std::vector<float>> b = Tensor(*file, weights_path, name + ".bias", {out});
+    absl::StatusOr<std::vector<float>> b =
+        ReadFiniteTensor(*file, weights_path, name + ".bias", {out});
     if (!b.ok()) return b.status();
     dst->in = static_cast<int>(in);
     dst->out = static_cast<int>(out);

@@ -22,14 +22,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/text/token_classifier.h"
 #include "nlohmann/json.hpp"
 
 namespace jasper {
 
-class TokenCnn {
+class TokenCnn : public TokenClassifier {
  public:
-  static constexpr int kClasses = 4;  // marks: none , . ?   cases: lower Title UPPER other
-
   // Reads the files `manifest` names in `dir` ("weights", "vocabulary", "suffixes"; sizes
   // already checked by the caller) with the shapes its "cnn" object gives. NOT_FOUND: a missing
   // file; INVALID_ARGUMENT: a malformed config, vocabulary or tensor (missing, wrong shape, not
@@ -37,12 +36,7 @@ class TokenCnn {
   static absl::StatusOr<std::unique_ptr<const TokenCnn>> Load(const std::filesystem::path& dir,
                                                               const nlohmann::json& manifest);
 
-  struct Logits {
-    std::vector<float> marks;  // [T, 4]
-    std::vector<float> cases;  // [T, 4]
-  };
-  // `words`: non-empty, in order (any case). Never fails.
-  Logits Forward(absl::Span<const std::string> words) const;
+  Logits Forward(absl::Span<const std::string> words) const override;
 
  private:
   struct Conv {

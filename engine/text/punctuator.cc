@@ -15,6 +15,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "engine/text/manifest_files.h"
+#include "engine/text/punct_cnn.h"
+#include "engine/text/punct_transformer.h"
 #include "nlohmann/json.hpp"
 
 namespace jasper {
@@ -182,8 +184,8 @@ absl::StatusOr<std::unique_ptr<const Punctuator>> Punctuator::Load(const std::st
   if (manifest.contains("method")) {
     if (!manifest["method"].is_string()) return invalid("method: a string");
     method = manifest["method"].get<std::string>();
-    if (method != "hidden_event_lm" && method != "token_cnn") {
-      return invalid("method must be \"hidden_event_lm\" or \"token_cnn\"");
+    if (method != "hidden_event_lm" && method != "token_cnn" && method != "token_transformer") {
+      return invalid("method must be \"hidden_event_lm\", \"token_cnn\" or \"token_transformer\"");
     }
   }
   auto punctuator = std::unique_ptr<Punctuator>(new Punctuator());
@@ -202,6 +204,8 @@ absl::StatusOr<std::unique_ptr<const Punctuator>> Punctuator::Load(const std::st
   const std::vector<const char*> keys =
       method == "token_cnn"
           ? std::vector<const char*>{"case_table", "weights", "vocabulary", "suffixes"}
+      : method == "token_transformer"
+          ? std::vector<const char*>{"case_table", "weights", "vocabulary"}
           : std::vector<const char*>{"case_table", "language_model", "sentence_starts"};
   absl::flat_hash_map<std::string, std::filesystem::path> files;
   for (const char* key : keys) {
@@ -218,10 +222,16 @@ absl::StatusOr<std::unique_ptr<const Punctuator>> Punctuator::Load(const std::st
     files[key] = root / name;
   }
 
-  if (method == "token_cnn") {
-    absl::StatusOr<std::unique_ptr<const TokenCnn>> cnn = TokenCnn::Load(root, manifest);
-    if (!cnn.ok()) return cnn.status();
-    punctuator->cnn_ = *std::move(cnn);
+  if (method != "hidden_event_lm") {
+    absl::StatusOr<std::unique_ptr<const TokenClassifier>> classifier;
+    if (method == "token_cnn") {
+      classifier = TokenCnn::Load(root, manifest);
+    } else {
+      classifier = TokenTransformer::Load(root, manifest);
+    }
+    if (!classifier.ok()) return classifier.status();
+    punctuator->classifier_ = *std::move(classifier);
+    punctuator->method_ = method == "token_cnn" ? "token_cnn" : "token_transformer";
     absl::StatusOr<absl::flat_hash_map<std::string, Forms>> cases =
         LoadCaseTable(files["case_table"], nullptr);
     if (!cases.ok()) return cases.status();
@@ -286,11 +296,11 @@ std::vector<Punctuator::SentenceStart> Punctuator::SentenceStarts(
 
 std::vector<std::string> Punctuator::Punctuate(absl::Span<const std::string> words, bool complete,
                                                int beam) const {
-  return cnn_ != nullptr ? ClassifyCnn(words, complete) : SearchLm(words, complete, beam);
+  return classifier_ != nullptr ? ClassifyTokens(words, complete) : SearchLm(words, complete, beam);
 }
 
-std::vector<std::string> Punctuator::ClassifyCnn(absl::Span<const std::string> words,
-                                                 bool complete) const {
+std::vector<std::string> Punctuator::ClassifyTokens(absl::Span<const std::string> words,
+                                                    bool complete) const {
   std::vector<std::string> out(words.size());
   std::vector<std::string> present;  // the non-empty words, in order
   std::vector<size_t> where;
@@ -300,11 +310,11 @@ std::vector<std::string> Punctuator::ClassifyCnn(absl::Span<const std::string> w
     where.push_back(i);
   }
   if (present.empty()) return out;
-  const TokenCnn::Logits logits = cnn_->Forward(present);
+  const TokenClassifier::Logits logits = classifier_->Forward(present);
   bool sentence_start = true;
   for (size_t t = 0; t < present.size(); ++t) {
-    const float* marks = logits.marks.data() + t * TokenCnn::kClasses;
-    const float* cases = logits.cases.data() + t * TokenCnn::kClasses;
+    const float* marks = logits.marks.data() + t * TokenClassifier::kClasses;
+    const float* cases = logits.cases.data() + t * TokenClassifier::kClasses;
     // Class 0 is "no mark"; classes 1-3 are , . ? with their bias.
     int mark = kNoMark;
     const bool last = t + 1 == present.size();
@@ -322,7 +332,8 @@ std::vector<std::string> Punctuator::ClassifyCnn(absl::Span<const std::string> w
     const std::string& w = present[t];
     std::string text = w;
     if (!HasDigit(w) && !HasUpper(w)) {
-      const int c = static_cast<int>(std::max_element(cases, cases + TokenCnn::kClasses) - cases);
+      const int c =
+          static_cast<int>(std::max_element(cases, cases + TokenClassifier::kClasses) - cases);
       if (c == 1) {
         text[0] = absl::ascii_toupper(text[0]);
       } else if (c == 2) {

@@ -3,10 +3,12 @@
 // a sentence's first word a capital, and take the other words' capitalized forms from a case
 // table (tools/build_punct.py). Which method, by the folder's punct.json "method":
 //
-// token_cnn (engine/text/punct_cnn.h, tools/train_punct.py): a small convolutional token
-// classifier scores, per word, the mark after it and its case (lower, Capitalized, UPPER, or the
-// case table's form); each word takes its best scores plus a per-mark bias, and a final result's
-// last word the better of . and ?.
+// token_transformer (engine/text/punct_transformer.h, tools/train_punct_bert.py: the first layers
+// of a pretrained MiniLM encoder, fine-tuned) and token_cnn (engine/text/punct_cnn.h,
+// tools/train_punct.py: a small convolutional net): a token classifier scores, per word, the
+// mark after it and its case (lower, Capitalized, UPPER, or the case table's form); each word
+// takes its best scores plus a per-mark bias, and a final result's last word the better of . and
+// ?.
 //
 // hidden_event_lm (Stolcke & Shriberg 1996): an n-gram LM over cased words with the marks as
 // tokens of their own. A beam search (hypotheses that share an LM state merged) finds the most
@@ -35,7 +37,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "engine/decoding/ngram_lm.h"
-#include "engine/text/punct_cnn.h"
+#include "engine/text/token_classifier.h"
 
 namespace jasper {
 
@@ -62,8 +64,8 @@ class Punctuator {
   // The words of `text` (split at spaces) punctuated and joined by single spaces.
   std::string PunctuateText(absl::string_view text, bool complete = true) const;
 
-  // "hidden_event_lm" or "token_cnn" (punct.json "method").
-  const char* method() const { return cnn_ != nullptr ? "token_cnn" : "hidden_event_lm"; }
+  // "hidden_event_lm", "token_cnn" or "token_transformer" (punct.json "method").
+  const char* method() const { return method_; }
 
   // A word's cased forms (case.tsv).
   struct Forms {
@@ -78,10 +80,10 @@ class Punctuator {
 
  private:
   Punctuator() = default;
-  // The hidden-event LM's beam search, and the token CNN's per-word choice.
+  // The hidden-event LM's beam search, and a token classifier's per-word choice.
   std::vector<std::string> SearchLm(absl::Span<const std::string> words, bool complete,
                                     int beam) const;
-  std::vector<std::string> ClassifyCnn(absl::Span<const std::string> words, bool complete) const;
+  std::vector<std::string> ClassifyTokens(absl::Span<const std::string> words, bool complete) const;
   // For a sentence starting at words[i] (or the next non-empty word): the evidence of its first
   // word alone, of its first two words, and where the second one is.
   struct SentenceStart {
@@ -90,7 +92,9 @@ class Punctuator {
   };
   std::vector<SentenceStart> SentenceStarts(absl::Span<const std::string> words) const;
 
-  std::unique_ptr<const TokenCnn> cnn_;  // method token_cnn; the LM fields are unused then
+  const char* method_ = "hidden_event_lm";
+  // token_cnn and token_transformer; the LM fields are unused then.
+  std::unique_ptr<const TokenClassifier> classifier_;
   std::shared_ptr<const NgramLm> lm_;
   absl::flat_hash_map<std::string, Forms> cases_;  // lower-case word -> forms (not just itself)
   // "first" or "first second" (lower case, numbers as <num>) -> evidence.

@@ -1,0 +1,242 @@
+// The transformer punctuator (engine/text/punct_transformer.h) and its tokenizer
+// (engine/text/wordpiece.h): logits against PyTorch's for the same F16 weights
+// (tests/fixtures/punct/bert_reference.tsv, written by tools/train_punct_bert.py --fixture when it
+// exported the shipped punct_bert/ folder: held-out passages, one longer than a window, and odd
+// words), the windows of a long passage against the same words run alone, concurrent use, the
+// tokenizer's rules on a small vocabulary, and the folder's checks.
+#include "engine/text/punct_transformer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "engine/text/punctuator.h"
+#include "engine/text/wordpiece.h"
+#include "kernels/cpu_features.h"
+#include "tests/folder_copy_test.h"
+
+namespace jasper {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path Shipped() {
+  return fs::path(JASPER_SOURCE_DIR) / "models/quartznet_en_tts_small/punct_bert";
+}
+
+const TokenTransformer& Model() {
+  static const TokenTransformer* model = [] {
+    absl::StatusOr<std::unique_ptr<const TokenTransformer>> m =
+        TokenTransformer::Load(Shipped(), test_util::ReadManifest(Shipped() / "punct.json"));
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? m->release() : nullptr;
+  }();
+  return *model;
+}
+
+struct Reference {
+  std::vector<std::string> words;
+  std::vector<float> marks, cases;
+};
+
+std::vector<Reference> References() {
+  std::ifstream in(fs::path(JASPER_SOURCE_DIR) / "tests/fixtures/punct/bert_reference.tsv");
+  std::vector<Reference> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cols = absl::StrSplit(line, '\t');
+    EXPECT_EQ(cols.size(), 3u) << line;
+    if (cols.size() != 3) continue;
+    out.push_back({absl::StrSplit(cols[0], ' ', absl::SkipEmpty()), test_util::ParseFloats(cols[1]),
+                   test_util::ParseFloats(cols[2])});
+  }
+  return out;
+}
+
+void ExpectLogitsMatchPyTorch() {
+  const std::vector<Reference> refs = References();
+  ASSERT_GE(refs.size(), 12u);
+  bool windowed = false;
+  for (size_t p = 0; p < refs.size(); ++p) {
+    const Reference& r = refs[p];
+    ASSERT_EQ(r.marks.size(), r.words.size() * TokenClassifier::kClasses);
+    ASSERT_EQ(r.cases.size(), r.words.size() * TokenClassifier::kClasses);
+    windowed |= r.words.size() > 64;
+    const TokenClassifier::Logits got = Model().Forward(r.words);
+    ASSERT_EQ(got.marks.size(), r.marks.size());
+    ASSERT_EQ(got.cases.size(), r.cases.size());
+    // FP32 with another summation order than PyTorch's, through 3 layers: 2e-3 relative.
+    for (size_t i = 0; i < r.marks.size(); ++i) {
+      EXPECT_NEAR(got.marks[i], r.marks[i], 2e-3 * std::max(1.0f, std::abs(r.marks[i])))
+          << "passage " << p << " value " << i;
+      EXPECT_NEAR(got.cases[i], r.cases[i], 2e-3 * std::max(1.0f, std::abs(r.cases[i])))
+          << "passage " << p << " value " << i;
+    }
+  }
+  EXPECT_TRUE(windowed) << "no reference passage is longer than a window";
+}
+
+// Every level of code this CPU runs (the GEMM, attention and GELU each have AVX-512, AVX2 and
+// portable versions), each forced in turn.
+TEST(TokenTransformerTest, LogitsMatchPyTorchOnEveryIsa) {
+  for (kernels::CpuIsa isa :
+       {kernels::CpuIsa::kAvx512, kernels::CpuIsa::kAvx2, kernels::CpuIsa::kBaseline}) {
+    SCOPED_TRACE(kernels::CpuIsaName(isa));
+    if (kernels::GetCpuFeatures().best < isa) {
+      std::printf("SKIPPED for %s: this CPU lacks it\n", kernels::CpuIsaName(isa));
+      continue;
+    }
+    const kernels::CpuIsa previous = kernels::SetCpuIsaCap(isa);
+    ExpectLogitsMatchPyTorch();
+    kernels::SetCpuIsaCap(previous);
+  }
+}
+
+// 150 words run in windows of cores of 48 (+-8 words of context): the first core's words see
+// words 0-55, exactly as those 56 words do alone (one window); the second core's see 40-103.
+TEST(TokenTransformerTest, WindowsOfALongPassageAreTheShortPassagesTheyContain) {
+  std::vector<std::string> words;
+  for (const Reference& r : References()) words.insert(words.end(), r.words.begin(), r.words.end());
+  ASSERT_GE(words.size(), 150u);
+  words.resize(150);
+  const TokenClassifier::Logits all = Model().Forward(words);
+  const std::vector<std::string> first(words.begin(), words.begin() + 56);
+  const std::vector<std::string> second(words.begin() + 40, words.begin() + 104);
+  const TokenClassifier::Logits a = Model().Forward(first), b = Model().Forward(second);
+  const int k = TokenClassifier::kClasses;
+  for (int i = 0; i < 48 * k; ++i) {
+    EXPECT_EQ(all.marks[i], a.marks[i]) << i;
+    EXPECT_EQ(all.cases[i], a.cases[i]) << i;
+  }
+  for (int i = 48 * k; i < 96 * k; ++i) {
+    EXPECT_EQ(all.marks[i], b.marks[i - 40 * k]) << i;
+    EXPECT_EQ(all.cases[i], b.cases[i - 40 * k]) << i;
+  }
+}
+
+TEST(TokenTransformerTest, ConcurrentCallsGiveTheSerialResults) {
+  const std::vector<Reference> refs = References();
+  std::vector<TokenClassifier::Logits> serial;
+  for (const Reference& r : refs) serial.push_back(Model().Forward(r.words));
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round) {
+        for (size_t i = 0; i < refs.size(); ++i) {
+          const TokenClassifier::Logits got = Model().Forward(refs[(i + t) % refs.size()].words);
+          const TokenClassifier::Logits& want = serial[(i + t) % refs.size()];
+          mismatches[t] += got.marks != want.marks || got.cases != want.cases;
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
+}
+
+class WordPieceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = fs::temp_directory_path() /
+            absl::StrCat("wordpiece_", ::testing::UnitTest::GetInstance()->random_seed(), "_",
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    Write(
+        "[PAD]\n[UNK]\n[CLS]\n[SEP]\nun\n##aff\n##able\ndon\n'\nt\n$\n5\n##0\ne\n-\nmail\n"
+        "caf\n##\xc3\xa9\nx\n##x\n");
+  }
+  void TearDown() override { fs::remove(path_); }
+  void Write(const std::string& text) { std::ofstream(path_, std::ios::binary) << text; }
+  std::vector<int> Ids(const WordPiece& wp, const std::string& word, int max_pieces = 7) {
+    std::vector<int> ids = {-7};  // appended to, never replaced
+    wp.Tokenize(word, max_pieces, &ids);
+    EXPECT_EQ(ids.front(), -7);
+    return std::vector<int>(ids.begin() + 1, ids.end());
+  }
+  fs::path path_;
+};
+
+TEST_F(WordPieceTest, LongestPiecesPunctuationApartUnknownPartsAsOneUnk) {
+  absl::StatusOr<WordPiece> wp = WordPiece::Load(path_);
+  ASSERT_TRUE(wp.ok()) << wp.status();
+  EXPECT_EQ(wp->size(), 20);
+  EXPECT_EQ(wp->unk(), 1);
+  EXPECT_EQ(wp->cls(), 2);
+  EXPECT_EQ(wp->sep(), 3);
+  EXPECT_EQ(Ids(*wp, "unaffable"), (std::vector<int>{4, 5, 6}));
+  EXPECT_EQ(Ids(*wp, "UnAffable"), (std::vector<int>{4, 5, 6}));  // ASCII lower-cased
+  EXPECT_EQ(Ids(*wp, "don't"), (std::vector<int>{7, 8, 9}));
+  EXPECT_EQ(Ids(*wp, "$500"), (std::vector<int>{10, 11, 12, 12}));
+  EXPECT_EQ(Ids(*wp, "e-mail"), (std::vector<int>{13, 14, 15}));
+  EXPECT_EQ(Ids(*wp, "caf\xc3\xa9"), (std::vector<int>{16, 17}));  // UTF-8 kept as is
+  EXPECT_EQ(Ids(*wp, "unx"), (std::vector<int>{4, 19}));
+  EXPECT_EQ(Ids(*wp, "unq"), (std::vector<int>{1}));  // no "##q": the whole part is [UNK]
+  EXPECT_EQ(Ids(*wp, "unq-e"), (std::vector<int>{1, 14, 13}));
+  EXPECT_EQ(Ids(*wp, "xxxxxxxxxx", 3), (std::vector<int>{18, 19, 19}));  // capped
+  EXPECT_EQ(Ids(*wp, "#"), (std::vector<int>{1}));
+  EXPECT_EQ(Ids(*wp, ""), (std::vector<int>{1}));
+}
+
+TEST_F(WordPieceTest, BadVocabulariesAreRejected) {
+  for (const std::string& bad :
+       {std::string("[UNK]\n[CLS]\n"), std::string("[UNK]\n[CLS]\n\n[SEP]\n"),
+        std::string("[UNK]\n[CLS]\n[SEP]\n[CLS]\n")}) {
+    Write(bad);
+    EXPECT_EQ(WordPiece::Load(path_).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(WordPiece::Load(path_.string() + ".absent").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+class TransformerFolderTest : public test_util::FolderCopyTest {
+ protected:
+  void SetUp() override { CopyFolder(Shipped()); }
+  absl::Status LoadStatus() { return Punctuator::Load(dir_.string()).status(); }
+};
+
+TEST_F(TransformerFolderTest, TheCopyLoadsAndMissingFilesAreNotFound) {
+  ASSERT_TRUE(LoadStatus().ok()) << LoadStatus();
+  fs::remove(dir_ / "vocab.txt");
+  EXPECT_EQ(LoadStatus().code(), absl::StatusCode::kNotFound) << LoadStatus();
+}
+
+TEST_F(TransformerFolderTest, TruncatedWeightsAreRejected) {
+  const std::string weights = Read("encoder.safetensors");
+  Write("encoder.safetensors", weights.substr(0, weights.size() / 2));
+  const absl::Status s = LoadStatus();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("bytes"), std::string::npos) << s;
+}
+
+TEST_F(TransformerFolderTest, ANetworkThatDoesNotMatchTheWeightsIsRejected) {
+  const std::string manifest = Read("punct.json");
+  const nlohmann::json m = test_util::ReadManifest(dir_ / "punct.json");
+  const std::string layers = std::to_string(m["transformer"]["layers"].get<int>());
+  for (const std::string& bad :
+       {absl::StrReplaceAll(manifest, {{"\"layers\": " + layers, "\"layers\": 9"}}),
+        absl::StrReplaceAll(manifest, {{"\"hidden\": 384", "\"hidden\": 768"}}),
+        absl::StrReplaceAll(manifest, {{"\"heads\": 12", "\"heads\": 7"}}),
+        absl::StrReplaceAll(manifest, {{"\"intermediate\": 1536", "\"intermediate\": 1024"}}),
+        absl::StrReplaceAll(manifest, {{"\"window_words\": 64", "\"window_words\": 600"}}),
+        absl::StrReplaceAll(manifest, {{"\"context_words\": 8", "\"context_words\": 20"}}),
+        absl::StrReplaceAll(manifest, {{"\"method\": \"token_transformer\"", "\"method\": \"x\""}}),
+        absl::StrReplaceAll(manifest, {{"\"weights\": \"encoder.safetensors\"",
+                                        "\"weights\": \"../encoder.safetensors\""}})}) {
+    ASSERT_NE(bad, manifest);
+    Write("punct.json", bad);
+    const absl::Status s = LoadStatus();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  }
+}
+
+}  // namespace
+}  // namespace jasper
