@@ -34,6 +34,10 @@ struct CpuFeatures {
   bool avx512 = false;       // F, BW, VL and DQ, and the OS saves the ZMM state
   bool avx512_bf16 = false;  // vcvtne2ps2bf16, vdpbf16ps
   bool avx512_vnni = false;
+  // vdpbf16ps at twice the multiply-adds of an FP32 FMA per cycle: AMD's AVX-512 BF16 CPUs (Zen 4
+  // and later; measured 1.8x FP32 on Zen 5). Intel's issue it on one port, slower than FP32
+  // FMA (docs/PERFORMANCE.md).
+  bool fast_avx512_bf16 = false;
   bool amx_bf16 = false;  // CPU has AMX-TILE and AMX-BF16
   bool amx_int8 = false;
   bool amx_permitted = false;       // the kernel granted the tile state to this process
@@ -51,6 +55,10 @@ CpuIsa ActiveCpuIsa();
 // (kAvx512 on a CPU with AVX-512 BF16, e.g. AMD Zen 4). Without it a kBf16 sub-block runs on
 // portable loops (correct, slow).
 bool HasBf16Gemm();
+
+// Whether BF16 GEMMs run faster than FP32 ones at the active level: AMX tiles, or vdpbf16ps where
+// it is fast (CpuFeatures::fast_avx512_bf16). What --cpu_precision=auto picks BF16 by.
+bool Bf16GemmFasterThanFp32();
 
 // Whether INT8 GEMMs run in hardware at the active level: AMX INT8 tiles (kAmx on a CPU with
 // AMX-INT8), or vpdpbusd (kAvx512 and up on a CPU with AVX-512 VNNI). Without it a kInt8

@@ -41,7 +41,8 @@ struct ServerOptions {
   // GPU only: "fp32" (CUDA cores, matches the CPU), "fp16" or "bf16" (tensor cores, FP32
   // accumulation; greedy transcripts equal FP32's on the parity fixtures). Ignored on the CPU.
   std::string gpu_precision = "fp32";
-  // CPU only: "auto" (bf16 where the CPU has AMX, else fp32), "fp32", or "bf16" (AMX tiles,
+  // CPU only: "auto" (bf16 where the CPU has AMX or AMD's fast AVX-512 BF16, else fp32), "fp32",
+  // or "bf16" (AMX tiles,
   // FP32 accumulation; vdpbf16ps on AVX-512 BF16 CPUs without AMX; refused at start without
   // either). See docs/PERFORMANCE.md for BF16's transcripts against FP32's.
   std::string cpu_precision = "auto";

@@ -249,17 +249,22 @@ TEST(CpuThreadsTest, RejectsOutOfRangeThreadCounts) {
   }
 }
 
-// --cpu_precision: names, "auto" by the CPU's AMX, and BF16 refused where the kernels have no BF16
-// GEMM in hardware (simulated here by capping the ISA level at AVX2).
+// --cpu_precision: names, "auto" by the CPU's BF16 speed (AMX, or AMD's vdpbf16ps), and BF16
+// refused where the kernels have no BF16 GEMM in hardware (simulated here by capping the ISA
+// level at AVX2).
 TEST(BackendOptionsTest, CpuPrecisionNamesAutoAndRefusal) {
   EXPECT_EQ(*ParseCpuPrecision("fp32"), kernels::Precision::kFp32);
   EXPECT_EQ(*ParseCpuPrecision("bf16"), kernels::Precision::kBf16);
   for (const char* bad : {"", "BF16", "fp16", "int4"}) {
     EXPECT_EQ(ParseCpuPrecision(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
-  const bool amx = kernels::ActiveCpuIsa() == kernels::CpuIsa::kAmx;
+  const kernels::CpuFeatures& cpu = kernels::GetCpuFeatures();
+  const bool fast_bf16 = kernels::ActiveCpuIsa() == kernels::CpuIsa::kAmx ||
+                         (kernels::ActiveCpuIsa() == kernels::CpuIsa::kAvx512 && cpu.avx512_bf16 &&
+                          cpu.fast_avx512_bf16);
+  EXPECT_EQ(kernels::Bf16GemmFasterThanFp32(), fast_bf16);
   EXPECT_EQ(*ParseCpuPrecision("auto"),
-            amx ? kernels::Precision::kBf16 : kernels::Precision::kFp32);
+            fast_bf16 ? kernels::Precision::kBf16 : kernels::Precision::kFp32);
   auto model = BuildModel(test_util::SeparableConfig(), 14);
   ASSERT_NE(model, nullptr);
   const kernels::CpuIsa previous = kernels::SetCpuIsaCap(kernels::CpuIsa::kAvx2);

@@ -172,7 +172,7 @@ TEST(Int8CalibrationLoadTest, FolderCalibrationIsCheckedAtLoad) {
     std::filesystem::copy_file(std::filesystem::path(shipped) / name,
                                std::filesystem::path(dir.path()) / name);
   }
-  for (const char* folder : {"itn", "punct"}) {  // model.json names them
+  for (const char* folder : {"itn", "punct_bert"}) {  // model.json names them
     std::filesystem::copy(std::filesystem::path(shipped) / folder,
                           std::filesystem::path(dir.path()) / folder);
   }

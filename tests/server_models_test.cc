@@ -243,7 +243,7 @@ TEST(ServerModelsStartTest, ACallWithoutADecoderGetsTheServersElseItsModelsDefau
   json.replace(json.find(name_key), name_key.size(),
                "\"name\": \"beam_by_default\", \"default_decoder\": \"beam\",");
   for (const char* folder_key :
-       {"\"inverse_text_normalization\": \"itn\",", "\"punctuation\": \"punct\","}) {
+       {"\"inverse_text_normalization\": \"itn\",", "\"punctuation\": \"punct_bert\","}) {
     ASSERT_NE(json.find(folder_key), std::string::npos) << folder_key;
     json.erase(json.find(folder_key), std::string(folder_key).size());
   }

@@ -44,7 +44,8 @@ ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda.");
 ABSL_FLAG(std::string, gpu_precision, "fp32",
           "GPU activations and GEMM operands: fp32, fp16 or bf16 (FP32 accumulation).");
 ABSL_FLAG(std::string, cpu_precision, "auto",
-          "CPU GEMM operands: auto (bf16 where the CPU has AMX, else fp32), fp32, bf16 (AMX "
+          "CPU GEMM operands: auto (bf16 where the CPU has AMX or is an AMD one with AVX-512 BF16, "
+          "else fp32), fp32, bf16 (AMX "
           "tiles, FP32 accumulation) or int8 (AMX-INT8 or AVX-512 VNNI; needs the model "
           "folder's int8_calibration.json, see --calibrate_int8).");
 ABSL_FLAG(bool, calibrate_int8, false,

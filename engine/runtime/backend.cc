@@ -28,8 +28,8 @@ absl::StatusOr<kernels::Precision> ParseCpuPrecision(const std::string& name) {
   if (name == "bf16") return kernels::Precision::kBf16;
   if (name == "int8") return kernels::Precision::kInt8;
   if (name == "auto") {
-    return kernels::ActiveCpuIsa() == kernels::CpuIsa::kAmx ? kernels::Precision::kBf16
-                                                            : kernels::Precision::kFp32;
+    return kernels::Bf16GemmFasterThanFp32() ? kernels::Precision::kBf16
+                                             : kernels::Precision::kFp32;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown CPU precision '", name, "' (expected auto, fp32, bf16 or int8)"));

@@ -94,10 +94,10 @@ absl::StatusOr<kernels::Precision> ParseGpuPrecision(const std::string& name);
 // CPU precision of the GEMM operands (FP32 accumulation in every case): "fp32"; "bf16" (AMX
 // tiles, or vdpbf16ps on a CPU with AVX-512 BF16 but no AMX; kernels/cpu_features.h); "int8"
 // (AMX INT8 tiles or AVX-512 VNNI, with the model folder's int8_calibration.json); "auto":
-// bf16 where the kernels can use AMX, else fp32 (on this project's Xeon the vdpbf16ps path is
-// slower than FP32 AVX-512, so auto does not pick it; int8 is never automatic: it needs a
-// calibration and changes more transcripts, docs/PERFORMANCE.md). Resolved here, so the
-// result is never "auto".
+// bf16 where BF16 GEMMs beat FP32 ones (kernels::Bf16GemmFasterThanFp32: AMX, or AMD's fast
+// vdpbf16ps, 1.8x FP32 on Zen 5; on Intel's Xeon the vdpbf16ps path is slower than FP32
+// AVX-512), else fp32 (int8 is never automatic: it needs a calibration and changes more
+// transcripts, docs/PERFORMANCE.md). Resolved here, so the result is never "auto".
 absl::StatusOr<kernels::Precision> ParseCpuPrecision(const std::string& name);
 
 // What an INT8 calibration sees of one CPU plan step (CpuStepObserver::BeforeStep). All

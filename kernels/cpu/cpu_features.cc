@@ -76,6 +76,9 @@ CpuFeatures Probe() {
   f.avx512 = os_avx512 && f.avx2_fma && Bit(b7, 16) && Bit(b7, 17) && Bit(b7, 30) && Bit(b7, 31);
   f.avx512_bf16 = f.avx512 && Bit(a71, 5);
   f.avx512_vnni = f.avx512 && Bit(c7, 11);
+  unsigned vendor[3] = {};  // "AuthenticAMD" as EBX, EDX, ECX of leaf 0
+  __get_cpuid(0, &a, &vendor[0], &vendor[2], &vendor[1]);
+  f.fast_avx512_bf16 = f.avx512_bf16 && std::memcmp(vendor, "AuthenticAMD", 12) == 0;
   const bool amx_tile = Bit(d7, 24);
   f.amx_bf16 = amx_tile && Bit(d7, 22);
   f.amx_int8 = amx_tile && Bit(d7, 25);
@@ -155,6 +158,11 @@ CpuIsa ActiveCpuIsa() {
 bool HasBf16Gemm() {
   const CpuIsa isa = ActiveCpuIsa();
   return isa == CpuIsa::kAmx || (isa == CpuIsa::kAvx512 && GetCpuFeatures().avx512_bf16);
+}
+
+bool Bf16GemmFasterThanFp32() {
+  const CpuIsa isa = ActiveCpuIsa();
+  return isa == CpuIsa::kAmx || (isa == CpuIsa::kAvx512 && GetCpuFeatures().fast_avx512_bf16);
 }
 
 bool HasInt8Gemm() {
