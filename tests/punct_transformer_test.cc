@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "engine/io/safetensors.h"
 #include "engine/text/punctuator.h"
 #include "engine/text/wordpiece.h"
 #include "kernels/cpu_features.h"
@@ -207,6 +209,33 @@ TEST_F(TransformerFolderTest, TheCopyLoadsAndMissingFilesAreNotFound) {
   ASSERT_TRUE(LoadStatus().ok()) << LoadStatus();
   fs::remove(dir_ / "vocab.txt");
   EXPECT_EQ(LoadStatus().code(), absl::StatusCode::kNotFound) << LoadStatus();
+}
+
+// The shipped weights are F16 (the word embeddings then stay F16 in memory); the same values
+// stored as F32 take the FP32 path and give the same logits.
+TEST_F(TransformerFolderTest, F32WeightsGiveTheSameLogitsAsF16) {
+  absl::StatusOr<SafetensorsFile> f16 =
+      SafetensorsFile::ReadFile((dir_ / "encoder.safetensors").string());
+  ASSERT_TRUE(f16.ok()) << f16.status();
+  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> tensors;
+  for (const auto& [name, view] : f16->tensors()) {
+    ASSERT_EQ(view.dtype, DType::kF16) << name;
+    tensors[name] = {view.shape, *f16->GetFloat(name)};
+  }
+  const std::string f32 = SerializeSafetensors(tensors);
+  Write("encoder.safetensors", f32);
+  nlohmann::json manifest = test_util::ReadManifest(dir_ / "punct.json");
+  manifest["files"]["encoder.safetensors"]["bytes"] = f32.size();
+  Write("punct.json", manifest.dump(2));
+  absl::StatusOr<std::unique_ptr<const TokenTransformer>> m =
+      TokenTransformer::Load(dir_, manifest);
+  ASSERT_TRUE(m.ok()) << m.status();
+  for (const Reference& r : References()) {
+    const TokenClassifier::Logits want = Model().Forward(r.words), got = (*m)->Forward(r.words);
+    EXPECT_EQ(got.marks, want.marks);
+    EXPECT_EQ(got.cases, want.cases);
+  }
+  EXPECT_TRUE(LoadStatus().ok()) << LoadStatus();
 }
 
 TEST_F(TransformerFolderTest, TruncatedWeightsAreRejected) {

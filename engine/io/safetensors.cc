@@ -62,23 +62,6 @@ T Load(const uint8_t* p) {
   return value;
 }
 
-float HalfToFloat(uint16_t h) {
-  const bool negative = (h & 0x8000u) != 0;
-  const uint32_t exponent = (h >> 10) & 0x1fu;
-  const uint32_t mantissa = h & 0x3ffu;
-  float value;
-  if (exponent == 0) {
-    value = std::ldexp(static_cast<float>(mantissa), -24);  // zero or subnormal
-  } else if (exponent == 31) {
-    value = mantissa == 0 ? std::numeric_limits<float>::infinity()
-                          : std::numeric_limits<float>::quiet_NaN();
-  } else {
-    const uint32_t bits = ((exponent + 112u) << 23) | (mantissa << 13);
-    std::memcpy(&value, &bits, sizeof(value));
-  }
-  return negative ? -value : value;
-}
-
 float BFloat16ToFloat(uint16_t h) {
   const uint32_t bits = static_cast<uint32_t>(h) << 16;
   float value;
@@ -188,6 +171,23 @@ absl::Status ParseEntry(const std::string& name, const json& entry, uint64_t dat
 }
 
 }  // namespace
+
+float HalfToFloat(uint16_t h) {
+  const bool negative = (h & 0x8000u) != 0;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  float value;
+  if (exponent == 0) {
+    value = std::ldexp(static_cast<float>(mantissa), -24);  // zero or subnormal
+  } else if (exponent == 31) {
+    value = mantissa == 0 ? std::numeric_limits<float>::infinity()
+                          : std::numeric_limits<float>::quiet_NaN();
+  } else {
+    const uint32_t bits = ((exponent + 112u) << 23) | (mantissa << 13);
+    std::memcpy(&value, &bits, sizeof(value));
+  }
+  return negative ? -value : value;
+}
 
 int DTypeSize(DType dtype) {
   for (const DTypeInfo& info : kDTypes) {

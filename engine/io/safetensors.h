@@ -23,6 +23,8 @@ enum class DType { kF32, kF16, kBF16, kF64, kI64, kI32, kI16, kI8, kU8, kBool };
 
 // Bytes per element; the safetensors name ("F32", ...).
 int DTypeSize(DType dtype);
+// An IEEE half (F16) as float, exactly (subnormals, infinities and NaN included).
+float HalfToFloat(uint16_t h);
 const char* DTypeName(DType dtype);
 
 struct TensorView {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -229,6 +230,14 @@ absl::StatusOr<std::unique_ptr<const TokenTransformer>> TokenTransformer::Load(
       !s.ok()) {
     return s;
   }
+  // The largest tensor (vocabulary x H): kept as the file's F16 bits where it has them (half the
+  // memory; rows are converted as tokens look them up), else in FP32.
+  const TensorView* words = file->Find("embeddings.word_embeddings.weight");
+  if (words->dtype == DType::kF16) {
+    t->word_table_f16_.resize(t->word_table_.size());
+    std::memcpy(t->word_table_f16_.data(), words->data, t->word_table_f16_.size() * 2);
+    std::vector<float>().swap(t->word_table_);
+  }
   const TensorView* pos = file->Find("embeddings.position_embeddings.weight");
   if (pos == nullptr || pos->shape.size() != 2 || pos->shape[0] < 3 || pos->shape[0] > 65536) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -312,10 +321,14 @@ void TokenTransformer::Encode(const std::vector<int>& tokens, Scratch* s) const 
   const int n = static_cast<int>(tokens.size()), h = hidden_, d = hidden_ / heads_;
   s->x.resize(static_cast<size_t>(n) * h);
   for (int t = 0; t < n; ++t) {
-    const float* w = word_table_.data() + static_cast<size_t>(tokens[t]) * h;
+    const size_t row = static_cast<size_t>(tokens[t]) * h;
     const float* p = position_table_.data() + static_cast<size_t>(t) * h;
     float* x = s->x.data() + static_cast<size_t>(t) * h;
-    for (int i = 0; i < h; ++i) x[i] = w[i] + p[i];
+    if (!word_table_f16_.empty()) {
+      for (int i = 0; i < h; ++i) x[i] = HalfToFloat(word_table_f16_[row + i]) + p[i];
+    } else {
+      for (int i = 0; i < h; ++i) x[i] = word_table_[row + i] + p[i];
+    }
   }
   AddLayerNorm(s->x.data(), nullptr, n, h, ln_gain_, ln_bias_, epsilon_);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));

@@ -12,7 +12,8 @@
 // real) and GELU(v) = v/2 (1 + erf(v / sqrt 2)); two linear heads read each word's first token.
 // A passage longer than window_words runs in windows: cores of core_words words with up to
 // context_words words of context on either side; a word's scores come from the window whose core
-// holds it. Weights are stored in F16 and run in FP32; the linear layers on the fused CPU GEMM
+// holds it. Weights are stored in F16 and run in FP32 (the word embeddings stay F16 in memory,
+// converted row by row); the linear layers on the fused CPU GEMM
 // (kernels::PackSubBlock, a 1x1 dense sub-block without activation: AVX-512 / AVX2 / portable).
 //
 // Tensor shapes (one window at a time, row-major): tokens [T] (T <= window_words *
@@ -24,6 +25,7 @@
 #ifndef JASPER_ENGINE_TEXT_PUNCT_TRANSFORMER_H_
 #define JASPER_ENGINE_TEXT_PUNCT_TRANSFORMER_H_
 
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -71,8 +73,9 @@ class TokenTransformer : public TokenClassifier {
   int hidden_ = 0, heads_ = 0, intermediate_ = 0, positions_ = 0;
   int max_pieces_ = 7, window_words_ = 64, core_words_ = 48, context_words_ = 8;
   float epsilon_ = 1e-12f;
-  std::vector<float> word_table_;      // [vocabulary, H]
-  std::vector<float> position_table_;  // [positions, H], token type 0 folded in
+  std::vector<float> word_table_;         // [vocabulary, H], when the file holds FP32
+  std::vector<uint16_t> word_table_f16_;  // [vocabulary, H] F16 bits, when the file holds F16
+  std::vector<float> position_table_;     // [positions, H], token type 0 folded in
   std::vector<float> ln_gain_, ln_bias_;
   std::vector<Layer> layers_;
   Linear marks_, cases_;
