@@ -32,32 +32,12 @@ TEST(TokenCnnTest, LogitsMatchPyTorch) {
   absl::StatusOr<std::unique_ptr<const TokenCnn>> cnn =
       TokenCnn::Load(Shipped(), Manifest(Shipped()));
   ASSERT_TRUE(cnn.ok()) << cnn.status();
-  std::ifstream in(fs::path(JASPER_SOURCE_DIR) / "tests/fixtures/punct/cnn_reference.tsv");
-  std::string line;
-  int passages = 0;
-  while (std::getline(in, line)) {
-    std::vector<std::string> cols = absl::StrSplit(line, '\t');
-    ASSERT_EQ(cols.size(), 3u);
-    const std::vector<std::string> words = absl::StrSplit(cols[0], ' ', absl::SkipEmpty());
-    const std::vector<float> marks = test_util::ParseFloats(cols[1]),
-                             cases = test_util::ParseFloats(cols[2]);
-    ASSERT_EQ(marks.size(), words.size() * TokenCnn::kClasses);
-    ASSERT_EQ(cases.size(), words.size() * TokenCnn::kClasses);
-    // Poisoned first: every output must be written by Forward.
-    TokenCnn::Logits got{std::vector<float>(marks.size(), NAN),
-                         std::vector<float>(cases.size(), NAN)};
-    got = (*cnn)->Forward(words);
-    ASSERT_EQ(got.marks.size(), marks.size());
-    ASSERT_EQ(got.cases.size(), cases.size());
-    for (size_t i = 0; i < marks.size(); ++i) {
-      EXPECT_NEAR(got.marks[i], marks[i], 2e-3 * std::max(1.0f, std::abs(marks[i])))
-          << "passage " << passages << " value " << i;
-      EXPECT_NEAR(got.cases[i], cases[i], 2e-3 * std::max(1.0f, std::abs(cases[i])))
-          << "passage " << passages << " value " << i;
-    }
-    ++passages;
+  const std::vector<test_util::LogitsReference> refs = test_util::ReadLogitsFixture(
+      fs::path(JASPER_SOURCE_DIR) / "tests/fixtures/punct/cnn_reference.tsv");
+  for (size_t p = 0; p < refs.size(); ++p) {
+    test_util::ExpectLogitsNear(**cnn, refs[p], 2e-3f, "passage " + std::to_string(p));
   }
-  EXPECT_GE(passages, 10);
+  EXPECT_GE(refs.size(), 10u);
 }
 
 class CnnFolderTest : public test_util::FolderCopyTest {

@@ -45,44 +45,19 @@ const TokenTransformer& Model() {
   return *model;
 }
 
-struct Reference {
-  std::vector<std::string> words;
-  std::vector<float> marks, cases;
-};
-
-std::vector<Reference> References() {
-  std::ifstream in(fs::path(JASPER_SOURCE_DIR) / "tests/fixtures/punct/bert_reference.tsv");
-  std::vector<Reference> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::vector<std::string> cols = absl::StrSplit(line, '\t');
-    EXPECT_EQ(cols.size(), 3u) << line;
-    if (cols.size() != 3) continue;
-    out.push_back({absl::StrSplit(cols[0], ' ', absl::SkipEmpty()), test_util::ParseFloats(cols[1]),
-                   test_util::ParseFloats(cols[2])});
-  }
-  return out;
+std::vector<test_util::LogitsReference> References() {
+  return test_util::ReadLogitsFixture(fs::path(JASPER_SOURCE_DIR) /
+                                      "tests/fixtures/punct/bert_reference.tsv");
 }
 
 void ExpectLogitsMatchPyTorch() {
-  const std::vector<Reference> refs = References();
+  const std::vector<test_util::LogitsReference> refs = References();
   ASSERT_GE(refs.size(), 12u);
   bool windowed = false;
   for (size_t p = 0; p < refs.size(); ++p) {
-    const Reference& r = refs[p];
-    ASSERT_EQ(r.marks.size(), r.words.size() * TokenClassifier::kClasses);
-    ASSERT_EQ(r.cases.size(), r.words.size() * TokenClassifier::kClasses);
-    windowed |= r.words.size() > 64;
-    const TokenClassifier::Logits got = Model().Forward(r.words);
-    ASSERT_EQ(got.marks.size(), r.marks.size());
-    ASSERT_EQ(got.cases.size(), r.cases.size());
+    windowed |= refs[p].words.size() > 64;
     // FP32 with another summation order than PyTorch's, through 3 layers: 2e-3 relative.
-    for (size_t i = 0; i < r.marks.size(); ++i) {
-      EXPECT_NEAR(got.marks[i], r.marks[i], 2e-3 * std::max(1.0f, std::abs(r.marks[i])))
-          << "passage " << p << " value " << i;
-      EXPECT_NEAR(got.cases[i], r.cases[i], 2e-3 * std::max(1.0f, std::abs(r.cases[i])))
-          << "passage " << p << " value " << i;
-    }
+    test_util::ExpectLogitsNear(Model(), refs[p], 2e-3f, "passage " + std::to_string(p));
   }
   EXPECT_TRUE(windowed) << "no reference passage is longer than a window";
 }
@@ -107,7 +82,8 @@ TEST(TokenTransformerTest, LogitsMatchPyTorchOnEveryIsa) {
 // words 0-55, exactly as those 56 words do alone (one window); the second core's see 40-103.
 TEST(TokenTransformerTest, WindowsOfALongPassageAreTheShortPassagesTheyContain) {
   std::vector<std::string> words;
-  for (const Reference& r : References()) words.insert(words.end(), r.words.begin(), r.words.end());
+  for (const test_util::LogitsReference& r : References())
+    words.insert(words.end(), r.words.begin(), r.words.end());
   ASSERT_GE(words.size(), 150u);
   words.resize(150);
   const TokenClassifier::Logits all = Model().Forward(words);
@@ -126,9 +102,9 @@ TEST(TokenTransformerTest, WindowsOfALongPassageAreTheShortPassagesTheyContain) 
 }
 
 TEST(TokenTransformerTest, ConcurrentCallsGiveTheSerialResults) {
-  const std::vector<Reference> refs = References();
+  const std::vector<test_util::LogitsReference> refs = References();
   std::vector<TokenClassifier::Logits> serial;
-  for (const Reference& r : refs) serial.push_back(Model().Forward(r.words));
+  for (const test_util::LogitsReference& r : refs) serial.push_back(Model().Forward(r.words));
   std::vector<std::thread> threads;
   std::vector<int> mismatches(4, 0);
   for (int t = 0; t < 4; ++t) {
@@ -230,7 +206,7 @@ TEST_F(TransformerFolderTest, F32WeightsGiveTheSameLogitsAsF16) {
   absl::StatusOr<std::unique_ptr<const TokenTransformer>> m =
       TokenTransformer::Load(dir_, manifest);
   ASSERT_TRUE(m.ok()) << m.status();
-  for (const Reference& r : References()) {
+  for (const test_util::LogitsReference& r : References()) {
     const TokenClassifier::Logits want = Model().Forward(r.words), got = (*m)->Forward(r.words);
     EXPECT_EQ(got.marks, want.marks);
     EXPECT_EQ(got.cases, want.cases);

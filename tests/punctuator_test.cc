@@ -48,12 +48,9 @@ struct Passage {
 };
 
 std::vector<Passage> HeldOut() {
-  std::ifstream in(fs::path(JASPER_SOURCE_DIR) / "tests/fixtures/punct/heldout.tsv");
   std::vector<Passage> passages;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::vector<std::string> cols = absl::StrSplit(line, '\t');
-    if (cols.size() != 2) continue;
+  for (const std::vector<std::string>& cols :
+       test_util::ReadTsv(fs::path(JASPER_SOURCE_DIR) / "tests/fixtures/punct/heldout.tsv", 2)) {
     passages.push_back({absl::StrSplit(cols[0], ' ', absl::SkipEmpty()), cols[1]});
   }
   return passages;

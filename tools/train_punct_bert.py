@@ -32,8 +32,6 @@ the position embeddings), vocab.txt and case.tsv; --fixture FILE reference logit
 exported F16 weights, for tests/punct_transformer_test.cc.
 """
 import argparse
-import hashlib
-import json
 import math
 import os
 import random
@@ -215,32 +213,6 @@ def logits(net, wp, words):
     return ml, cl
 
 
-def punctuate(ml, cl, words, table, bias):
-    """The CNN's decoding (tools/train_punct.py decode), on given logits."""
-    ml = ml + torch.tensor(bias)
-    out, start = [], True
-    for i, word in enumerate(words):
-        if i == len(words) - 1:
-            mark = 2 if ml[i, 2] >= ml[i, 3] else 3
-        else:
-            mark = int(ml[i].argmax())
-        c = int(cl[i].argmax())
-        if any(ch.isdigit() for ch in word) or word != word.lower() or c == 0:
-            form = word
-        elif c == 1:
-            form = word[:1].upper() + word[1:]
-        elif c == 2:
-            form = word.upper()
-        else:
-            forms = table.get(word)
-            form = forms[0] if forms else word[:1].upper() + word[1:]
-        if start:
-            form = form[:1].upper() + form[1:]
-        out.append(form + tp.MARKS[mark])
-        start = mark in (2, 3)
-    return out
-
-
 def evaluate(net, wp, table, passages, biases):
     """{bias tuple: scores} for each bias vector, one forward pass per passage."""
     net.eval()
@@ -249,7 +221,7 @@ def evaluate(net, wp, table, passages, biases):
         words = [w.lower() for w, _ in p]
         cached.append((words, *logits(net, wp, words)))
     refs = [bp.reference(p) for p in passages]
-    return {tuple(b): tp.score([punctuate(ml, cl, w, table, b) for w, ml, cl in cached], refs)
+    return {tuple(b): tp.score([tp.punctuate(ml, cl, w, table, b) for w, ml, cl in cached], refs)
             for b in biases}
 
 
@@ -309,13 +281,8 @@ def main():
             if done >= 1:
                 break
     torch.save(net.state_dict(), args.checkpoint)
-    grid = [[0, cb, 0, qb] for cb in (0.0, 0.5, 1.0) for qb in (0.0, 0.5, 1.0, 1.5)]
-    dev_scores = evaluate(net, wp, table, dev, grid)
-
-    def goal_key(f):
-        return (min(f["comma"][2] / 0.5, 1.2) + min(f["period"][2] / 0.7, 1.2) +
-                min(f["question"][2] / 0.7, 1.2))
-    bias = list(max(dev_scores, key=lambda b: goal_key(dev_scores[b])))
+    dev_scores = evaluate(net, wp, table, dev, tp.BIAS_GRID)
+    bias = list(max(dev_scores, key=lambda b: tp.goal_key(dev_scores[b])))
     print(f"{step} steps; dev, tuned bias {bias}: {dev_scores[tuple(bias)]}", flush=True)
     print(f"test: {evaluate(net, wp, table, test, [bias])[tuple(bias)]}", flush=True)
     if args.export:
@@ -344,13 +311,6 @@ def export(net, wp, table, bias, args, test, vocab_path):
     with open(vocab_path, encoding="utf-8") as f, open(os.path.join(out, "vocab.txt"), "w",
                                                        encoding="utf-8") as g:
         g.write(f.read())
-    with open(os.path.join(out, "case.tsv"), "w") as f:
-        for key in sorted(table):
-            f.write(key + "\t" + "\t".join(table[key]) + "\n")
-    files = {}
-    for name in ("encoder.safetensors", "vocab.txt", "case.tsv"):
-        data = open(os.path.join(out, name), "rb").read()
-        files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     manifest = {
         "format_version": 1,
         "language": "en",
@@ -362,15 +322,13 @@ def export(net, wp, table, bias, args, test, vocab_path):
                         "intermediate": FFN, "layer_norm_epsilon": 1e-12,
                         "max_pieces_per_word": MAX_PIECES, "window_words": WINDOW_WORDS,
                         "core_words": CORE_WORDS, "context_words": CONTEXT_WORDS},
-        "files": files,
+        "files": None,  # write_folder fills it
         "training": {"tool": "tools/train_punct_bert.py", "minutes": args.minutes,
                      "seed": args.seed, "base": "sentence-transformers/all-MiniLM-L6-v2 "
                      "(Apache-2.0), first layers", "text": "Debian fortunes, jargon-text, "
                      "dict-gcide (tools/build_punct.py splits)"},
     }
-    with open(os.path.join(out, "punct.json"), "w") as f:
-        json.dump(manifest, f, indent=2)
-        f.write("\n")
+    tp.write_folder(out, manifest, table, ("encoder.safetensors", "vocab.txt"))
     if args.fixture:
         cases = [[w.lower() for w, _ in p] for p in test[:10]]
         # One passage longer than a window, so the C++ windowing is checked too.
@@ -379,9 +337,7 @@ def export(net, wp, table, bias, args, test, vocab_path):
         with open(args.fixture, "w", encoding="utf-8") as f:
             for words in cases:
                 ml, cl = logits(net, wp, words)
-                f.write(" ".join(words) + "\t" +
-                        " ".join(f"{x:.6g}" for x in ml.reshape(-1).tolist()) + "\t" +
-                        " ".join(f"{x:.6g}" for x in cl.reshape(-1).tolist()) + "\n")
+                f.write(tp.fixture_line(words, ml, cl))
     print(f"exported {out} (F16 weights); held-out with them: "
           f"{evaluate(net, wp, table, test, [bias])[tuple(bias)]}", flush=True)
 

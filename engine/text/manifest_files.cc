@@ -30,6 +30,24 @@ absl::Status CheckListedFile(const std::filesystem::path& path, const nlohmann::
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> ManifestFileName(const nlohmann::json& manifest, const char* key,
+                                             const std::filesystem::path& manifest_path) {
+  if (!manifest.contains(key) || !manifest[key].is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(manifest_path.string(), ": ", key, ": required (a file name in the folder)"));
+  }
+  std::string name = manifest[key].get<std::string>();
+  if (name.empty() || name.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(manifest_path.string(), ": ", key, ": a file name in the folder, not a path"));
+  }
+  return name;
+}
+
+bool JsonIntIn(const nlohmann::json& v, int64_t lo, int64_t hi) {
+  return v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+}
+
 absl::StatusOr<std::vector<float>> ReadFiniteTensor(const SafetensorsFile& file,
                                                     const std::filesystem::path& path,
                                                     const std::string& name,

@@ -25,6 +25,14 @@ namespace jasper {
 absl::Status CheckListedFile(const std::filesystem::path& path, const nlohmann::json& files,
                              absl::string_view manifest_name);
 
+// manifest[key] as a file name in the folder: a non-empty string without '/'. INVALID_ARGUMENT
+// "MANIFEST_PATH: KEY: ..." otherwise.
+absl::StatusOr<std::string> ManifestFileName(const nlohmann::json& manifest, const char* key,
+                                             const std::filesystem::path& manifest_path);
+
+// Whether `v` is an integer in [lo, hi].
+bool JsonIntIn(const nlohmann::json& v, int64_t lo, int64_t hi);
+
 // The tensor `name` of `file` (read from `path`) as FP32, which must have exactly `shape` and
 // only finite values; INVALID_ARGUMENT naming the file and the tensor otherwise.
 absl::StatusOr<std::vector<float>> ReadFiniteTensor(const SafetensorsFile& file,

@@ -40,10 +40,6 @@ absl::Status ReadList(const std::filesystem::path& path, absl::flat_hash_map<std
   return absl::OkStatus();
 }
 
-bool IntIn(const nlohmann::json& v, int lo, int hi) {
-  return v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<const TokenCnn>> TokenCnn::Load(const std::filesystem::path& dir,
@@ -54,13 +50,14 @@ absl::StatusOr<std::unique_ptr<const TokenCnn>> TokenCnn::Load(const std::filesy
     return bad("cnn: required (embedding, suffix_embedding, channels, kernel, dilations)");
   }
   const nlohmann::json& c = manifest["cnn"];
-  if (!c.contains("embedding") || !IntIn(c["embedding"], 1, 1024) ||
-      !c.contains("suffix_embedding") || !IntIn(c["suffix_embedding"], 1, 1024) ||
-      !c.contains("channels") || !IntIn(c["channels"], 1, 2048) || !c.contains("kernel") ||
-      !IntIn(c["kernel"], 1, 15) || c["kernel"].get<int>() % 2 == 0 || !c.contains("dilations") ||
-      !c["dilations"].is_array() || c["dilations"].empty() || c["dilations"].size() > 16 ||
+  if (!c.contains("embedding") || !JsonIntIn(c["embedding"], 1, 1024) ||
+      !c.contains("suffix_embedding") || !JsonIntIn(c["suffix_embedding"], 1, 1024) ||
+      !c.contains("channels") || !JsonIntIn(c["channels"], 1, 2048) || !c.contains("kernel") ||
+      !JsonIntIn(c["kernel"], 1, 15) || c["kernel"].get<int>() % 2 == 0 ||
+      !c.contains("dilations") || !c["dilations"].is_array() || c["dilations"].empty() ||
+      c["dilations"].size() > 16 ||
       !std::all_of(c["dilations"].begin(), c["dilations"].end(),
-                   [](const nlohmann::json& d) { return IntIn(d, 1, 64); })) {
+                   [](const nlohmann::json& d) { return JsonIntIn(d, 1, 64); })) {
     return bad(
         "cnn: embedding and suffix_embedding in [1, 1024], channels in [1, 2048], an odd kernel "
         "in [1, 15], 1 to 16 dilations in [1, 64]");
@@ -68,12 +65,9 @@ absl::StatusOr<std::unique_ptr<const TokenCnn>> TokenCnn::Load(const std::filesy
   std::string names[3];
   const char* keys[3] = {"weights", "vocabulary", "suffixes"};
   for (int k = 0; k < 3; ++k) {
-    if (!manifest.contains(keys[k]) || !manifest[keys[k]].is_string() ||
-        manifest[keys[k]].get<std::string>().empty() ||
-        manifest[keys[k]].get<std::string>().find('/') != std::string::npos) {
-      return bad(absl::StrCat(keys[k], ": required (a file name in the folder)"));
-    }
-    names[k] = manifest[keys[k]].get<std::string>();
+    absl::StatusOr<std::string> name = ManifestFileName(manifest, keys[k], manifest_path);
+    if (!name.ok()) return name.status();
+    names[k] = *std::move(name);
   }
   auto cnn = std::unique_ptr<TokenCnn>(new TokenCnn());
   cnn->kernel_ = c["kernel"].get<int>();

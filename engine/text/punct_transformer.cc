@@ -16,14 +16,14 @@ namespace jasper {
 
 // Per-call buffers, reused across the windows of one Forward().
 struct TokenTransformer::Scratch {
-  std::vector<float> x, qkv, keys, context, projected, ffn, scores, workspace;
+  std::vector<float> x, qkv, keys, context, projected, ffn, scores, heads, workspace;
 };
 
 namespace {
 
+// o[key] is an integer in [lo, hi].
 bool IntIn(const nlohmann::json& o, const char* key, int lo, int hi) {
-  return o.contains(key) && o[key].is_number_integer() && o[key].get<int64_t>() >= lo &&
-         o[key].get<int64_t>() <= hi;
+  return o.contains(key) && JsonIntIn(o[key], lo, hi);
 }
 
 // exp(x) for x <= 88 (relative error below 3e-7 for x >= -87; below that a value under 1e-37):
@@ -192,17 +192,12 @@ absl::StatusOr<std::unique_ptr<const TokenTransformer>> TokenTransformer::Load(
       c["window_words"].get<int>()) {
     return bad("transformer: core_words + 2 x context_words must not exceed window_words");
   }
-  std::string names[2];
-  const char* keys[2] = {"weights", "vocabulary"};
-  for (int k = 0; k < 2; ++k) {
-    if (!manifest.contains(keys[k]) || !manifest[keys[k]].is_string() ||
-        manifest[keys[k]].get<std::string>().empty() ||
-        manifest[keys[k]].get<std::string>().find('/') != std::string::npos) {
-      return bad(absl::StrCat(keys[k], ": required (a file name in the folder)"));
-    }
-    names[k] = manifest[keys[k]].get<std::string>();
-  }
-  absl::StatusOr<WordPiece> vocabulary = WordPiece::Load(dir / names[1]);
+  absl::StatusOr<std::string> weights_name = ManifestFileName(manifest, "weights", manifest_path);
+  if (!weights_name.ok()) return weights_name.status();
+  absl::StatusOr<std::string> vocabulary_name =
+      ManifestFileName(manifest, "vocabulary", manifest_path);
+  if (!vocabulary_name.ok()) return vocabulary_name.status();
+  absl::StatusOr<WordPiece> vocabulary = WordPiece::Load(dir / *vocabulary_name);
   if (!vocabulary.ok()) return vocabulary.status();
   auto t = std::unique_ptr<TokenTransformer>(new TokenTransformer(*std::move(vocabulary)));
   t->hidden_ = hidden;
@@ -214,7 +209,7 @@ absl::StatusOr<std::unique_ptr<const TokenTransformer>> TokenTransformer::Load(
   t->context_words_ = c["context_words"].get<int>();
   t->epsilon_ = c["layer_norm_epsilon"].get<float>();
 
-  const std::filesystem::path path = dir / names[0];
+  const std::filesystem::path path = dir / *weights_name;
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::ReadFile(path.string());
   if (!file.ok()) return file.status();
   const int64_t h = hidden, inter = t->intermediate_;
@@ -380,11 +375,17 @@ TokenTransformer::Logits TokenTransformer::Forward(absl::Span<const std::string>
     }
     tokens.push_back(vocabulary_.sep());
     Encode(tokens, &scratch);
+    // The core words' first tokens, gathered, through both heads at once.
+    const int rows = core_end - core;
+    scratch.heads.resize(static_cast<size_t>(rows) * hidden_);
     for (int w = core; w < core_end; ++w) {
-      const float* x = scratch.x.data() + static_cast<size_t>(first[w - from]) * hidden_;
-      Apply(marks_, x, 1, &scratch, logits.marks.data() + static_cast<size_t>(w) * kClasses);
-      Apply(cases_, x, 1, &scratch, logits.cases.data() + static_cast<size_t>(w) * kClasses);
+      std::copy_n(scratch.x.data() + static_cast<size_t>(first[w - from]) * hidden_, hidden_,
+                  scratch.heads.data() + static_cast<size_t>(w - core) * hidden_);
     }
+    Apply(marks_, scratch.heads.data(), rows, &scratch,
+          logits.marks.data() + static_cast<size_t>(core) * kClasses);
+    Apply(cases_, scratch.heads.data(), rows, &scratch,
+          logits.cases.data() + static_cast<size_t>(core) * kClasses);
   }
   return logits;
 }

@@ -209,17 +209,12 @@ absl::StatusOr<std::unique_ptr<const Punctuator>> Punctuator::Load(const std::st
           : std::vector<const char*>{"case_table", "language_model", "sentence_starts"};
   absl::flat_hash_map<std::string, std::filesystem::path> files;
   for (const char* key : keys) {
-    if (!manifest.contains(key) || !manifest[key].is_string()) {
-      return invalid(absl::StrCat(key, ": required (a file name in the folder)"));
-    }
-    const std::string name = manifest[key].get<std::string>();
-    if (name.empty() || name.find('/') != std::string::npos) {
-      return invalid(absl::StrCat(key, ": a file name in the folder, not a path"));
-    }
-    if (absl::Status s = CheckListedFile(root / name, manifest["files"], "punct.json"); !s.ok()) {
+    absl::StatusOr<std::string> name = ManifestFileName(manifest, key, manifest_path);
+    if (!name.ok()) return name.status();
+    if (absl::Status s = CheckListedFile(root / *name, manifest["files"], "punct.json"); !s.ok()) {
       return s;
     }
-    files[key] = root / name;
+    files[key] = root / *name;
   }
 
   if (method != "hidden_event_lm") {
