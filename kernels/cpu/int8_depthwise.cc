@@ -2,17 +2,27 @@
 // depthwise_int8 fields). Per tile of output frames:
 //   1. the window's input rows (and 3 x dilation more, for the last tap quad) are quantized with
 //      the depthwise input scale into unsigned bytes u = q + 128, masked rows as 128 (zero),
-//      rows of C_in rounded up to 16;
-//   2. the rows are stacked by tap quads: stacked[cb][r][16][4] holds, for the 16 channels of
-//      block cb, the bytes of rows r, r + d, r + 2d and r + 3d (d = dilation), so that output
-//      frame t's taps 4q .. 4q + 3 are the 64 bytes at row t * stride + 4q * d: one vpdpbusd
-//      operand against the packed weights' quad q ([cb][q][16][4], taps past K zero);
-//   3. per channel block and run of up to 8 frames, vpdpbusd sums the quads in INT32 (8
-//      accumulators, the weight vector loaded once per quad), and the sum minus 128 x the
-//      channel's weight sum, times depthwise_dequant[c] (input scale x weight scale), is the
-//      FP32 output row that the INT8 GEMM then quantizes again as its A.
-// Without AVX-512 VNNI, plain loops compute the same INT32 sums: the same bits.
+//      rows of C_in rounded up to 64 (a group of 4 channel blocks of 16). Within each group the
+//      bytes are lane-permuted: channel 16k + 4L + i (block k, i < 4) sits at byte
+//      16L + 4k + i. That is the order in which AVX-512's in-lane packs (vpackssdw, vpacksswb)
+//      leave the 4 blocks' quantized values, and the order that makes step 2 in-lane too;
+//   2. per group, the rows are stacked by tap quads: stacked[k][r][16][4] holds, for the 16
+//      channels of block k, the bytes of rows r, r + d, r + 2d and r + 3d (d = dilation), so
+//      that output frame t's taps 4q .. 4q + 3 are the 64 bytes at row t * stride + 4q * d: one
+//      vpdpbusd operand against the packed weights' quad q ([cb][q][16][4], taps past K zero).
+//      With the lane-permuted rows, the bytes interleave per 128-bit lane (vpunpck*bw, *wd) and
+//      vector k of the result is block k's stacked row: 16 instructions per row of 4 blocks;
+//   3. per block and run of frames, vpdpbusd sums the quads in INT32, the weight vector loaded
+//      once per quad: with stride 1 and dilation 1 (all of QuartzNet's B blocks) runs of 12
+//      frames, whose quad q + 1 reads 8 of the same 12 stacked rows as quad q, so the rows stay
+//      in registers and 4 new ones are loaded per quad; else runs of up to 8 frames, one load
+//      per frame and quad. The sum minus 128 x the channel's weight sum, times
+//      depthwise_dequant[c] (input scale x weight scale), is the FP32 output row that the INT8
+//      GEMM then quantizes again as its A.
+// Without AVX-512 VNNI, plain loops compute the same INT32 sums from the same bytes: the same
+// bits.
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -30,8 +40,10 @@ namespace jasper::kernels::cpu_internal {
 namespace {
 
 constexpr int kBlock = 16;      // channels per block
+constexpr int kGroup = 64;      // channels per group: 4 blocks
 constexpr int kQuadBytes = 64;  // one block's four taps: [16][4] bytes
-constexpr int kMaxFrames = 8;   // accumulators per run
+constexpr int kMaxFrames = 8;   // accumulators per run (the generic kernel)
+constexpr int kRunS1 = 12;      // frames per run (the stride-1, dilation-1 kernel)
 
 using U8 = std::uint8_t;
 using I8 = std::int8_t;
@@ -39,64 +51,149 @@ using I32 = std::int32_t;
 
 int Quads(int taps) { return (taps + 3) / 4; }
 int Blocks(int channels) { return (channels + kBlock - 1) / kBlock; }
+Index RowBytes(int channels) {
+  return static_cast<Index>((channels + kGroup - 1) / kGroup) * kGroup;
+}
 
-// Scratch layout: the quantized rows, then the stacked quads (64-byte aligned).
+// Byte of channel c (< RowBytes) in a lane-permuted row.
+Index PermutedByte(int c) {
+  const int g = c / kGroup, k = (c / kBlock) % 4, lane = (c % kBlock) / 4, i = c % 4;
+  return static_cast<Index>(g) * kGroup + lane * kBlock + k * 4 + i;
+}
+
+// Scratch layout: the quantized rows, then one group's stacked quads (64-byte aligned).
 struct Scratch {
-  U8* rows;     // [window rows + 3d][blocks * 16]
-  U8* stacked;  // [blocks][window rows][64]
+  U8* rows;     // [window rows + 3d][RowBytes]
+  U8* stacked;  // [4][window rows][64]
 };
 
 Index WindowMax(const SubBlockDesc& d) { return WindowRows(d, kTileRows); }
 
-Scratch ScratchOf(const SubBlockDesc& d, U8* base) {
-  const Index row_bytes = static_cast<Index>(Blocks(d.in_channels)) * kBlock;
-  const Index rows_bytes = (WindowMax(d) + 3 * static_cast<Index>(d.dilation)) * row_bytes;
-  return {base, base + (rows_bytes + 63) / 64 * 64};
+Index RowsBytes(const SubBlockDesc& d) {
+  const Index bytes = (WindowMax(d) + 3 * static_cast<Index>(d.dilation)) * RowBytes(d.in_channels);
+  return (bytes + 63) / 64 * 64;
 }
 
-using QuantizeRowFn = int (*)(const float* src, int n, I8* dst, float inv, bool to_unsigned);
+Scratch ScratchOf(const SubBlockDesc& d, U8* base) { return {base, base + RowsBytes(d)}; }
+
+// Step 1 for one row: channels [0, n) of src, as lane-permuted unsigned bytes; the rest of the
+// row's RowBytes(n) bytes 128.
+void PermutedRowPortable(const float* src, int n, float inv, U8* dst) {
+  std::memset(dst, 0x80, static_cast<std::size_t>(RowBytes(n)));
+  for (int c = 0; c < n; ++c) {
+    dst[PermutedByte(c)] = static_cast<U8>(static_cast<U8>(QuantizeInt8(src[c], inv)) ^ 0x80u);
+  }
+}
+
+// Steps 2 for group g's 4 blocks: stacked[k][r][c][j] = rows[r + j * d][PermutedByte(64g +
+// 16k + c)]. Every block of the group is written (channels past C_in read the padding bytes).
+void StackGroupPortable(const U8* rows, Index row_bytes, int g, Index window, int d, U8* stacked) {
+  for (int k = 0; k < 4; ++k) {
+    U8* out = stacked + static_cast<Index>(k) * window * kQuadBytes;
+    for (Index r = 0; r < window; ++r, out += kQuadBytes) {
+      for (int c = 0; c < kBlock; ++c) {
+        const Index at = PermutedByte(g * kGroup + k * kBlock + c);
+        for (int j = 0; j < 4; ++j) out[c * 4 + j] = rows[(r + j * d) * row_bytes + at];
+      }
+    }
+  }
+}
+
+#if JASPER_X86_DISPATCH
+// SSE2 (every x86-64): the same bytes, one 128-bit lane at a time.
+void StackGroupSse2(const U8* rows, Index row_bytes, int g, Index window, int d, U8* stacked) {
+  const Index plane = window * kQuadBytes;
+  const Index step = static_cast<Index>(d) * row_bytes;
+  for (Index r = 0; r < window; ++r) {
+    const U8* a = rows + r * row_bytes + static_cast<Index>(g) * kGroup;
+    U8* out = stacked + r * kQuadBytes;
+    for (int lane = 0; lane < 4; ++lane) {
+      const U8* x = a + lane * 16;
+      const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
+      const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + step));
+      const __m128i x2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 2 * step));
+      const __m128i x3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 3 * step));
+      const __m128i t0 = _mm_unpacklo_epi8(x0, x1);  // bytes 0-7 of rows 0, 1
+      const __m128i t1 = _mm_unpackhi_epi8(x0, x1);  // bytes 8-15
+      const __m128i t2 = _mm_unpacklo_epi8(x2, x3);
+      const __m128i t3 = _mm_unpackhi_epi8(x2, x3);
+      // Bytes 4k .. 4k + 3 of this lane are block k's channels 4 lane .. 4 lane + 3.
+      U8* o = out + lane * 16;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm_unpacklo_epi16(t0, t2));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + plane), _mm_unpackhi_epi16(t0, t2));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * plane), _mm_unpacklo_epi16(t1, t3));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 3 * plane), _mm_unpackhi_epi16(t1, t3));
+    }
+  }
+}
+
+// AVX-512: the 4 lanes at once.
+JASPER_AVX512_TARGET void StackGroupAvx512(const U8* rows, Index row_bytes, int g, Index window,
+                                           int d, U8* stacked) {
+  const Index plane = window * kQuadBytes;
+  const Index step = static_cast<Index>(d) * row_bytes;
+  for (Index r = 0; r < window; ++r) {
+    const U8* x = rows + r * row_bytes + static_cast<Index>(g) * kGroup;
+    const __m512i x0 = _mm512_loadu_si512(x);
+    const __m512i x1 = _mm512_loadu_si512(x + step);
+    const __m512i x2 = _mm512_loadu_si512(x + 2 * step);
+    const __m512i x3 = _mm512_loadu_si512(x + 3 * step);
+    const __m512i t0 = _mm512_unpacklo_epi8(x0, x1);
+    const __m512i t1 = _mm512_unpackhi_epi8(x0, x1);
+    const __m512i t2 = _mm512_unpacklo_epi8(x2, x3);
+    const __m512i t3 = _mm512_unpackhi_epi8(x2, x3);
+    U8* o = stacked + r * kQuadBytes;
+    _mm512_storeu_si512(o, _mm512_unpacklo_epi16(t0, t2));
+    _mm512_storeu_si512(o + plane, _mm512_unpackhi_epi16(t0, t2));
+    _mm512_storeu_si512(o + 2 * plane, _mm512_unpacklo_epi16(t1, t3));
+    _mm512_storeu_si512(o + 3 * plane, _mm512_unpackhi_epi16(t1, t3));
+  }
+}
+
+// Step 1 with AVX-512: 64 channels per group, the 4 blocks' INT32 values packed in-lane
+// (saturation never applies: they are within [-127, 127]), which is the lane permutation.
+// Channels past n load as zeros, so they become 128. Clamped in FP32 before the conversion,
+// NaN -> -127, as int8_quantize.h.
+JASPER_AVX512_TARGET void PermutedRowAvx512(const float* src, int n, float inv, U8* dst) {
+  const __m512 scale = _mm512_set1_ps(inv);
+  const __m512 lo = _mm512_set1_ps(-127.0f);
+  const __m512 hi = _mm512_set1_ps(127.0f);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __mmask16 all = 0xffff;
+  const __m512 zero_ps = _mm512_setzero_ps();
+  const __m512i zero_i = _mm512_setzero_si512();
+  for (int c = 0; c < n; c += kGroup) {
+    __m512i q[4];
+    for (int k = 0; k < 4; ++k) {
+      const int c0 = c + k * kBlock;
+      const __mmask16 m = c0 + 16 <= n ? all
+                          : c0 >= n    ? static_cast<__mmask16>(0)
+                                       : static_cast<__mmask16>((1u << (n - c0)) - 1u);
+      const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + c0), scale);
+      const __m512 clamped =
+          _mm512_mask_min_ps(zero_ps, all, _mm512_mask_max_ps(zero_ps, all, v, lo), hi);
+      q[k] = _mm512_mask_cvtps_epi32(zero_i, all, clamped);
+    }
+    const __m512i bytes =
+        _mm512_packs_epi16(_mm512_packs_epi32(q[0], q[1]), _mm512_packs_epi32(q[2], q[3]));
+    _mm512_storeu_si512(dst + c, _mm512_xor_si512(bytes, flip));
+  }
+}
+#endif
+
+using QuantizeRowFn = void (*)(const float* src, int n, float inv, U8* dst);
 
 // Step 1: rows [0, count) of the utterance's input from row `first` on, as bytes.
 void QuantizeRows(const float* xb, int in_len, Index first, Index count, int channels, float inv,
                   QuantizeRowFn quantize, U8* rows) {
-  const Index row_bytes = static_cast<Index>(Blocks(channels)) * kBlock;
+  const Index row_bytes = RowBytes(channels);
   for (Index r = 0; r < count; ++r) {
     U8* dst = rows + r * row_bytes;
     const Index src = first + r;
-    int written = 0;
     if (src >= 0 && src < in_len) {
-      written = quantize(xb + src * channels, channels, reinterpret_cast<I8*>(dst), inv, true);
-    }
-    if (written < row_bytes) std::memset(dst + written, 0x80, row_bytes - written);
-  }
-}
-
-// Step 2: stacked[cb][r][c][j] = rows[r + j * d][cb * 16 + c].
-void StackQuads(const U8* rows, int blocks, Index window, int d, U8* stacked) {
-  const Index row_bytes = static_cast<Index>(blocks) * kBlock;
-  for (int cb = 0; cb < blocks; ++cb) {
-    U8* out = stacked + static_cast<Index>(cb) * window * kQuadBytes;
-    for (Index r = 0; r < window; ++r, out += kQuadBytes) {
-      const U8* a = rows + r * row_bytes + cb * kBlock;
-#if JASPER_X86_DISPATCH
-      // SSE2 (every x86-64): bytes of the four rows interleaved into channel-major quads.
-      const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
-      const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + d * row_bytes));
-      const __m128i x2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 2 * d * row_bytes));
-      const __m128i x3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 3 * d * row_bytes));
-      const __m128i t0 = _mm_unpacklo_epi8(x0, x1);  // channels 0-7 of rows 0, 1
-      const __m128i t1 = _mm_unpackhi_epi8(x0, x1);  // channels 8-15
-      const __m128i t2 = _mm_unpacklo_epi8(x2, x3);
-      const __m128i t3 = _mm_unpackhi_epi8(x2, x3);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi16(t0, t2));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm_unpackhi_epi16(t0, t2));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 32), _mm_unpacklo_epi16(t1, t3));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 48), _mm_unpackhi_epi16(t1, t3));
-#else
-      for (int c = 0; c < kBlock; ++c) {
-        for (int j = 0; j < 4; ++j) out[c * 4 + j] = a[j * d * row_bytes + c];
-      }
-#endif
+      quantize(xb + src * channels, channels, inv, dst);
+    } else {
+      std::memset(dst, 0x80, static_cast<std::size_t>(row_bytes));
     }
   }
 }
@@ -133,18 +230,10 @@ void BlockPortable(const BlockArgs& a, int frames) {
 #define JASPER_DW_VNNI_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")))
 
+// The sums of F frames, minus 128 x the weight sums, dequantized and stored.
 template <int F>
-JASPER_DW_VNNI_TARGET JASPER_ALWAYS_INLINE void FramesVnni(const BlockArgs& a) {
-  __m512i acc[F];
-  for (int f = 0; f < F; ++f) acc[f] = _mm512_setzero_si512();
-  const U8* x = a.stacked;
-  const I8* w = a.weights;
-  for (int q = 0; q < a.quads; ++q, x += a.quad_step, w += kQuadBytes) {
-    const __m512i wq = _mm512_loadu_si512(w);
-    for (int f = 0; f < F; ++f) {
-      acc[f] = _mm512_dpbusd_epi32(acc[f], _mm512_loadu_si512(x + f * a.frame_step), wq);
-    }
-  }
+JASPER_DW_VNNI_TARGET JASPER_ALWAYS_INLINE void StoreFrames(const BlockArgs& a,
+                                                            const __m512i* acc) {
   // The merge-masked forms with every lane set: GCC 12 warns about the plain forms' internal
   // undefined vectors (int8_quantize.h).
   const __mmask16 all = 0xffff;
@@ -161,6 +250,21 @@ JASPER_DW_VNNI_TARGET JASPER_ALWAYS_INLINE void FramesVnni(const BlockArgs& a) {
 }
 
 template <int F>
+JASPER_DW_VNNI_TARGET JASPER_ALWAYS_INLINE void FramesVnni(const BlockArgs& a) {
+  __m512i acc[F];
+  for (int f = 0; f < F; ++f) acc[f] = _mm512_setzero_si512();
+  const U8* x = a.stacked;
+  const I8* w = a.weights;
+  for (int q = 0; q < a.quads; ++q, x += a.quad_step, w += kQuadBytes) {
+    const __m512i wq = _mm512_loadu_si512(w);
+    for (int f = 0; f < F; ++f) {
+      acc[f] = _mm512_dpbusd_epi32(acc[f], _mm512_loadu_si512(x + f * a.frame_step), wq);
+    }
+  }
+  StoreFrames<F>(a, acc);
+}
+
+template <int F>
 JASPER_DW_VNNI_TARGET JASPER_ALWAYS_INLINE void AnyFramesVnni(const BlockArgs& a, int frames) {
   if constexpr (F > 1) {
     if (frames < F) {
@@ -171,17 +275,87 @@ JASPER_DW_VNNI_TARGET JASPER_ALWAYS_INLINE void AnyFramesVnni(const BlockArgs& a
   FramesVnni<F>(a);
 }
 
-JASPER_DW_VNNI_TARGET void BlockVnni(const BlockArgs& a, int frames) {
+// One quad of 12 frames: frames 0-3 read the rows L0-L3, 4-7 M0-M3, 8-11 H0-H3; then, unless
+// it is the last quad (they would lie past the window), L0-L3 take the 4 rows the next quad
+// adds. A macro over named variables: GCC keeps the 25 vectors in registers only so (arrays
+// passed to inline helpers were spilled and copied every quad).
+#define JASPER_DW_QUAD12(L0, L1, L2, L3, M0, M1, M2, M3, H0, H1, H2, H3, wptr, last) \
+  do {                                                                               \
+    const __m512i wq = _mm512_loadu_si512(wptr);                                     \
+    a0 = _mm512_dpbusd_epi32(a0, L0, wq);                                            \
+    a1 = _mm512_dpbusd_epi32(a1, L1, wq);                                            \
+    a2 = _mm512_dpbusd_epi32(a2, L2, wq);                                            \
+    a3 = _mm512_dpbusd_epi32(a3, L3, wq);                                            \
+    a4 = _mm512_dpbusd_epi32(a4, M0, wq);                                            \
+    a5 = _mm512_dpbusd_epi32(a5, M1, wq);                                            \
+    a6 = _mm512_dpbusd_epi32(a6, M2, wq);                                            \
+    a7 = _mm512_dpbusd_epi32(a7, M3, wq);                                            \
+    a8 = _mm512_dpbusd_epi32(a8, H0, wq);                                            \
+    a9 = _mm512_dpbusd_epi32(a9, H1, wq);                                            \
+    a10 = _mm512_dpbusd_epi32(a10, H2, wq);                                          \
+    a11 = _mm512_dpbusd_epi32(a11, H3, wq);                                          \
+    if (!(last)) {                                                                   \
+      L0 = _mm512_loadu_si512(next);                                                 \
+      L1 = _mm512_loadu_si512(next + kQuadBytes);                                    \
+      L2 = _mm512_loadu_si512(next + 2 * kQuadBytes);                                \
+      L3 = _mm512_loadu_si512(next + 3 * kQuadBytes);                                \
+      next += 4 * kQuadBytes;                                                        \
+    }                                                                                \
+  } while (false)
+
+// Stride 1, dilation 1: frame f's quad q is stacked row f + 4q, so quad q of frames 0-11 reads
+// rows 4q .. 4q + 11 and quad q + 1 the last 8 of them and 4 more. The rows are held in three
+// groups of 4 registers (r0-r3, r4-r7, r8-r11) that take turns, the loop unrolled by 3 so that
+// no register moves: 12 accumulators + 12 rows + 1 weight vector = 25 of the 32 registers.
+JASPER_DW_VNNI_TARGET void Frames12S1(const BlockArgs& a) {
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+          a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+  const U8* x = a.stacked;
+  __m512i r0 = _mm512_loadu_si512(x), r1 = _mm512_loadu_si512(x + kQuadBytes),
+          r2 = _mm512_loadu_si512(x + 2 * kQuadBytes), r3 = _mm512_loadu_si512(x + 3 * kQuadBytes),
+          r4 = _mm512_loadu_si512(x + 4 * kQuadBytes), r5 = _mm512_loadu_si512(x + 5 * kQuadBytes),
+          r6 = _mm512_loadu_si512(x + 6 * kQuadBytes), r7 = _mm512_loadu_si512(x + 7 * kQuadBytes),
+          r8 = _mm512_loadu_si512(x + 8 * kQuadBytes), r9 = _mm512_loadu_si512(x + 9 * kQuadBytes),
+          r10 = _mm512_loadu_si512(x + 10 * kQuadBytes),
+          r11 = _mm512_loadu_si512(x + 11 * kQuadBytes);
+  const U8* next = x + 12 * kQuadBytes;  // the rows the next quad adds
+  const I8* w = a.weights;
+  const int quads = a.quads;
+  int q = 0;
+  // Whole rounds while a quad follows them (no branch inside), then the last 1-3 quads.
+  for (; q + 3 < quads; q += 3, w += 3 * kQuadBytes) {
+    JASPER_DW_QUAD12(r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, w, false);
+    JASPER_DW_QUAD12(r4, r5, r6, r7, r8, r9, r10, r11, r0, r1, r2, r3, w + kQuadBytes, false);
+    JASPER_DW_QUAD12(r8, r9, r10, r11, r0, r1, r2, r3, r4, r5, r6, r7, w + 2 * kQuadBytes, false);
+  }
+  const int left = quads - q;  // 1, 2 or 3
+  JASPER_DW_QUAD12(r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, w, left == 1);
+  if (left >= 2) {
+    JASPER_DW_QUAD12(r4, r5, r6, r7, r8, r9, r10, r11, r0, r1, r2, r3, w + kQuadBytes, left == 2);
+  }
+  if (left == 3) {
+    JASPER_DW_QUAD12(r8, r9, r10, r11, r0, r1, r2, r3, r4, r5, r6, r7, w + 2 * kQuadBytes, true);
+  }
+  const __m512i acc[kRunS1] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11};
+  StoreFrames<kRunS1>(a, acc);
+}
+#undef JASPER_DW_QUAD12
+
+JASPER_DW_VNNI_TARGET void BlockVnni(const BlockArgs& a, int frames, bool s1) {
   BlockArgs run = a;
-  for (int f0 = 0; f0 < frames; f0 += kMaxFrames) {
+  int f0 = 0;
+  if (s1) {
+    for (; f0 + kRunS1 <= frames; f0 += kRunS1) {
+      run.stacked = a.stacked + f0 * a.frame_step;
+      run.out = a.out + f0 * a.out_stride;
+      Frames12S1(run);
+    }
+  }
+  for (; f0 < frames; f0 += kMaxFrames) {
     run.stacked = a.stacked + f0 * a.frame_step;
     run.out = a.out + f0 * a.out_stride;
     AnyFramesVnni<kMaxFrames>(run, std::min(kMaxFrames, frames - f0));
   }
-}
-
-int QuantizeRowAvx512Fn(const float* src, int n, I8* dst, float inv, bool to_unsigned) {
-  return QuantizeRowAvx512(src, n, dst, inv, to_unsigned);
 }
 #endif
 
@@ -197,10 +371,7 @@ bool UseVnni() {
 }  // namespace
 
 std::size_t Int8DepthwiseScratchBytes(const SubBlockDesc& desc) {
-  const Index row_bytes = static_cast<Index>(Blocks(desc.in_channels)) * kBlock;
-  const Index rows_bytes = (WindowMax(desc) + 3 * static_cast<Index>(desc.dilation)) * row_bytes;
-  const Index stacked_bytes = WindowMax(desc) * row_bytes * 4;
-  return static_cast<std::size_t>((rows_bytes + 63) / 64 * 64 + stacked_bytes);
+  return static_cast<std::size_t>(RowsBytes(desc) + 4 * WindowMax(desc) * kQuadBytes);
 }
 
 void PackInt8Depthwise(const float* depthwise, float input_scale, PackedSubBlock* p) {
@@ -239,18 +410,25 @@ void DepthwiseInt8Tile(const PackedSubBlock& p, const float* xb, int in_len, Ind
   const int blocks = Blocks(channels);
   const int quads = Quads(d.kernel_size);
   const Index window = WindowRows(d, frames);
-  [[maybe_unused]] const bool vnni = UseVnni();  // read only by x86 builds
+  const Index row_bytes = RowBytes(channels);
   const Scratch s = ScratchOf(d, scratch);
-  QuantizeRowFn quantize = QuantizeRowPortable;
+  QuantizeRowFn quantize = PermutedRowPortable;
+  auto stack = StackGroupPortable;
 #if JASPER_X86_DISPATCH
-  if (ActiveCpuIsa() >= CpuIsa::kAvx512) quantize = QuantizeRowAvx512Fn;
+  const bool vnni = UseVnni();
+  const bool s1 = d.stride == 1 && d.dilation == 1;
+  stack = StackGroupSse2;
+  if (ActiveCpuIsa() >= CpuIsa::kAvx512) {
+    quantize = PermutedRowAvx512;
+    stack = StackGroupAvx512;
+  }
 #endif
   QuantizeRows(xb, in_len, first, window + 3 * static_cast<Index>(d.dilation), channels,
                1.0f / p.depthwise_in_scale, quantize, s.rows);
-  StackQuads(s.rows, blocks, window, d.dilation, s.stacked);
   for (int cb = 0; cb < blocks; ++cb) {
+    if (cb % 4 == 0) stack(s.rows, row_bytes, cb / 4, window, d.dilation, s.stacked);
     BlockArgs a;
-    a.stacked = s.stacked + static_cast<Index>(cb) * window * kQuadBytes;
+    a.stacked = s.stacked + static_cast<Index>(cb % 4) * window * kQuadBytes;
     a.weights = p.depthwise_int8.data() + static_cast<Index>(cb) * quads * kQuadBytes;
     a.quads = quads;
     a.quad_step = static_cast<Index>(4) * d.dilation * kQuadBytes;
@@ -262,7 +440,7 @@ void DepthwiseInt8Tile(const PackedSubBlock& p, const float* xb, int in_len, Ind
     a.out_stride = channels;
 #if JASPER_X86_DISPATCH
     if (vnni) {
-      BlockVnni(a, frames);
+      BlockVnni(a, frames, s1);
       continue;
     }
 #endif
