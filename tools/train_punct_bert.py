@@ -275,6 +275,8 @@ def main():
             done = (time.time() - start) / budget
             for g, lr in zip(opt.param_groups, lrs):  # linear decay to 5 % over the budget
                 g["lr"] = lr * max(0.05, 1.0 - done)
+            if step % 2000 == 0:  # a long run loses at most the last stretch
+                torch.save(net.state_dict(), args.checkpoint)
             if step % 500 == 0:
                 print(f"step {step}: loss {float(loss.detach()):.3f}, {done * args.minutes:.1f} "
                       f"min, {step * args.batch / len(train):.2f} epochs", flush=True)
