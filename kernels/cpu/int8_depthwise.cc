@@ -44,6 +44,9 @@ constexpr int kGroup = 64;      // channels per group: 4 blocks
 constexpr int kQuadBytes = 64;  // one block's four taps: [16][4] bytes
 constexpr int kMaxFrames = 8;   // accumulators per run (the generic kernel)
 constexpr int kRunS1 = 12;      // frames per run (the stride-1, dilation-1 kernel)
+// Rows past its window that a plane has room for: the stride-1 kernel's loop loads the rows of
+// one more quad than it runs (at most 3 past the window: see Frames12S1).
+constexpr int kOverRead = 4;
 
 using U8 = std::uint8_t;
 using I8 = std::int8_t;
@@ -64,7 +67,7 @@ Index PermutedByte(int c) {
 // Scratch layout: the quantized rows, then one group's stacked quads (64-byte aligned).
 struct Scratch {
   U8* rows;     // [window rows + 3d][RowBytes]
-  U8* stacked;  // [4][window rows][64]
+  U8* stacked;  // [4][window rows + kOverRead][64]
 };
 
 Index WindowMax(const SubBlockDesc& d) { return WindowRows(d, kTileRows); }
@@ -89,7 +92,7 @@ void PermutedRowPortable(const float* src, int n, float inv, U8* dst) {
 // 16k + c)]. Every block of the group is written (channels past C_in read the padding bytes).
 void StackGroupPortable(const U8* rows, Index row_bytes, int g, Index window, int d, U8* stacked) {
   for (int k = 0; k < 4; ++k) {
-    U8* out = stacked + static_cast<Index>(k) * window * kQuadBytes;
+    U8* out = stacked + static_cast<Index>(k) * (window + kOverRead) * kQuadBytes;
     for (Index r = 0; r < window; ++r, out += kQuadBytes) {
       for (int c = 0; c < kBlock; ++c) {
         const Index at = PermutedByte(g * kGroup + k * kBlock + c);
@@ -102,7 +105,7 @@ void StackGroupPortable(const U8* rows, Index row_bytes, int g, Index window, in
 #if JASPER_X86_DISPATCH
 // SSE2 (every x86-64): the same bytes, one 128-bit lane at a time.
 void StackGroupSse2(const U8* rows, Index row_bytes, int g, Index window, int d, U8* stacked) {
-  const Index plane = window * kQuadBytes;
+  const Index plane = (window + kOverRead) * kQuadBytes;
   const Index step = static_cast<Index>(d) * row_bytes;
   for (Index r = 0; r < window; ++r) {
     const U8* a = rows + r * row_bytes + static_cast<Index>(g) * kGroup;
@@ -130,7 +133,7 @@ void StackGroupSse2(const U8* rows, Index row_bytes, int g, Index window, int d,
 // AVX-512: the 4 lanes at once.
 JASPER_AVX512_TARGET void StackGroupAvx512(const U8* rows, Index row_bytes, int g, Index window,
                                            int d, U8* stacked) {
-  const Index plane = window * kQuadBytes;
+  const Index plane = (window + kOverRead) * kQuadBytes;
   const Index step = static_cast<Index>(d) * row_bytes;
   for (Index r = 0; r < window; ++r) {
     const U8* x = rows + r * row_bytes + static_cast<Index>(g) * kGroup;
@@ -275,38 +278,40 @@ JASPER_DW_VNNI_TARGET JASPER_ALWAYS_INLINE void AnyFramesVnni(const BlockArgs& a
   FramesVnni<F>(a);
 }
 
-// One quad of 12 frames: frames 0-3 read the rows L0-L3, 4-7 M0-M3, 8-11 H0-H3; then, unless
-// it is the last quad (they would lie past the window), L0-L3 take the 4 rows the next quad
-// adds. A macro over named variables: GCC keeps the 25 vectors in registers only so (arrays
-// passed to inline helpers were spilled and copied every quad).
-#define JASPER_DW_QUAD12(L0, L1, L2, L3, M0, M1, M2, M3, H0, H1, H2, H3, wptr, last) \
-  do {                                                                               \
-    const __m512i wq = _mm512_loadu_si512(wptr);                                     \
-    a0 = _mm512_dpbusd_epi32(a0, L0, wq);                                            \
-    a1 = _mm512_dpbusd_epi32(a1, L1, wq);                                            \
-    a2 = _mm512_dpbusd_epi32(a2, L2, wq);                                            \
-    a3 = _mm512_dpbusd_epi32(a3, L3, wq);                                            \
-    a4 = _mm512_dpbusd_epi32(a4, M0, wq);                                            \
-    a5 = _mm512_dpbusd_epi32(a5, M1, wq);                                            \
-    a6 = _mm512_dpbusd_epi32(a6, M2, wq);                                            \
-    a7 = _mm512_dpbusd_epi32(a7, M3, wq);                                            \
-    a8 = _mm512_dpbusd_epi32(a8, H0, wq);                                            \
-    a9 = _mm512_dpbusd_epi32(a9, H1, wq);                                            \
-    a10 = _mm512_dpbusd_epi32(a10, H2, wq);                                          \
-    a11 = _mm512_dpbusd_epi32(a11, H3, wq);                                          \
-    if (!(last)) {                                                                   \
-      L0 = _mm512_loadu_si512(next);                                                 \
-      L1 = _mm512_loadu_si512(next + kQuadBytes);                                    \
-      L2 = _mm512_loadu_si512(next + 2 * kQuadBytes);                                \
-      L3 = _mm512_loadu_si512(next + 3 * kQuadBytes);                                \
-      next += 4 * kQuadBytes;                                                        \
-    }                                                                                \
+// One quad of 12 frames: frames 0-3 read the rows L0-L3, 4-7 M0-M3, 8-11 H0-H3; then L0-L3
+// take the 4 rows the next quad adds (after the last quad of the loop they are loaded and not
+// used: up to kOverRead rows past the window, which the planes have room for). A macro over
+// named variables: GCC keeps the 25 vectors in registers only so (arrays passed to inline
+// helpers were spilled and copied every quad).
+#define JASPER_DW_QUAD12(L0, L1, L2, L3, M0, M1, M2, M3, H0, H1, H2, H3, wptr) \
+  do {                                                                         \
+    const __m512i wq = _mm512_loadu_si512(wptr);                               \
+    a0 = _mm512_dpbusd_epi32(a0, L0, wq);                                      \
+    a1 = _mm512_dpbusd_epi32(a1, L1, wq);                                      \
+    a2 = _mm512_dpbusd_epi32(a2, L2, wq);                                      \
+    a3 = _mm512_dpbusd_epi32(a3, L3, wq);                                      \
+    a4 = _mm512_dpbusd_epi32(a4, M0, wq);                                      \
+    a5 = _mm512_dpbusd_epi32(a5, M1, wq);                                      \
+    a6 = _mm512_dpbusd_epi32(a6, M2, wq);                                      \
+    a7 = _mm512_dpbusd_epi32(a7, M3, wq);                                      \
+    a8 = _mm512_dpbusd_epi32(a8, H0, wq);                                      \
+    a9 = _mm512_dpbusd_epi32(a9, H1, wq);                                      \
+    a10 = _mm512_dpbusd_epi32(a10, H2, wq);                                    \
+    a11 = _mm512_dpbusd_epi32(a11, H3, wq);                                    \
+    L0 = _mm512_loadu_si512(next);                                             \
+    L1 = _mm512_loadu_si512(next + kQuadBytes);                                \
+    L2 = _mm512_loadu_si512(next + 2 * kQuadBytes);                            \
+    L3 = _mm512_loadu_si512(next + 3 * kQuadBytes);                            \
+    next += 4 * kQuadBytes;                                                    \
   } while (false)
 
 // Stride 1, dilation 1: frame f's quad q is stacked row f + 4q, so quad q of frames 0-11 reads
 // rows 4q .. 4q + 11 and quad q + 1 the last 8 of them and 4 more. The rows are held in three
 // groups of 4 registers (r0-r3, r4-r7, r8-r11) that take turns, the loop unrolled by 3 so that
-// no register moves: 12 accumulators + 12 rows + 1 weight vector = 25 of the 32 registers.
+// no register moves: 12 accumulators + 12 rows + 1 weight vector = 25 of the 32 registers. The
+// loop's last quad q <= quads - 1 loads rows up to 4 quads + 11 of the run, frame 0 of which is
+// at most frames - 12: row frames + 4 quads - 1 <= window + 3 (4 quads <= K + 3, window =
+// frames + K - 1), within the kOverRead rows a plane has past its window.
 JASPER_DW_VNNI_TARGET void Frames12S1(const BlockArgs& a) {
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
           a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
@@ -322,19 +327,28 @@ JASPER_DW_VNNI_TARGET void Frames12S1(const BlockArgs& a) {
   const I8* w = a.weights;
   const int quads = a.quads;
   int q = 0;
-  // Whole rounds while a quad follows them (no branch inside), then the last 1-3 quads.
-  for (; q + 3 < quads; q += 3, w += 3 * kQuadBytes) {
-    JASPER_DW_QUAD12(r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, w, false);
-    JASPER_DW_QUAD12(r4, r5, r6, r7, r8, r9, r10, r11, r0, r1, r2, r3, w + kQuadBytes, false);
-    JASPER_DW_QUAD12(r8, r9, r10, r11, r0, r1, r2, r3, r4, r5, r6, r7, w + 2 * kQuadBytes, false);
+  // Whole rounds of 3 quads without a branch, the rows in registers; the last 0-2 quads read
+  // their rows from memory (the registers are dead after the loop, so GCC needs no copies).
+  for (; q + 3 <= quads; q += 3, w += 3 * kQuadBytes) {
+    JASPER_DW_QUAD12(r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, w);
+    JASPER_DW_QUAD12(r4, r5, r6, r7, r8, r9, r10, r11, r0, r1, r2, r3, w + kQuadBytes);
+    JASPER_DW_QUAD12(r8, r9, r10, r11, r0, r1, r2, r3, r4, r5, r6, r7, w + 2 * kQuadBytes);
   }
-  const int left = quads - q;  // 1, 2 or 3
-  JASPER_DW_QUAD12(r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, w, left == 1);
-  if (left >= 2) {
-    JASPER_DW_QUAD12(r4, r5, r6, r7, r8, r9, r10, r11, r0, r1, r2, r3, w + kQuadBytes, left == 2);
-  }
-  if (left == 3) {
-    JASPER_DW_QUAD12(r8, r9, r10, r11, r0, r1, r2, r3, r4, r5, r6, r7, w + 2 * kQuadBytes, true);
+  for (; q < quads; ++q, w += kQuadBytes) {
+    const __m512i wq = _mm512_loadu_si512(w);
+    const U8* y = x + static_cast<Index>(4) * q * kQuadBytes;
+    a0 = _mm512_dpbusd_epi32(a0, _mm512_loadu_si512(y), wq);
+    a1 = _mm512_dpbusd_epi32(a1, _mm512_loadu_si512(y + kQuadBytes), wq);
+    a2 = _mm512_dpbusd_epi32(a2, _mm512_loadu_si512(y + 2 * kQuadBytes), wq);
+    a3 = _mm512_dpbusd_epi32(a3, _mm512_loadu_si512(y + 3 * kQuadBytes), wq);
+    a4 = _mm512_dpbusd_epi32(a4, _mm512_loadu_si512(y + 4 * kQuadBytes), wq);
+    a5 = _mm512_dpbusd_epi32(a5, _mm512_loadu_si512(y + 5 * kQuadBytes), wq);
+    a6 = _mm512_dpbusd_epi32(a6, _mm512_loadu_si512(y + 6 * kQuadBytes), wq);
+    a7 = _mm512_dpbusd_epi32(a7, _mm512_loadu_si512(y + 7 * kQuadBytes), wq);
+    a8 = _mm512_dpbusd_epi32(a8, _mm512_loadu_si512(y + 8 * kQuadBytes), wq);
+    a9 = _mm512_dpbusd_epi32(a9, _mm512_loadu_si512(y + 9 * kQuadBytes), wq);
+    a10 = _mm512_dpbusd_epi32(a10, _mm512_loadu_si512(y + 10 * kQuadBytes), wq);
+    a11 = _mm512_dpbusd_epi32(a11, _mm512_loadu_si512(y + 11 * kQuadBytes), wq);
   }
   const __m512i acc[kRunS1] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11};
   StoreFrames<kRunS1>(a, acc);
@@ -371,7 +385,7 @@ bool UseVnni() {
 }  // namespace
 
 std::size_t Int8DepthwiseScratchBytes(const SubBlockDesc& desc) {
-  return static_cast<std::size_t>(RowsBytes(desc) + 4 * WindowMax(desc) * kQuadBytes);
+  return static_cast<std::size_t>(RowsBytes(desc) + 4 * (WindowMax(desc) + kOverRead) * kQuadBytes);
 }
 
 void PackInt8Depthwise(const float* depthwise, float input_scale, PackedSubBlock* p) {
@@ -428,7 +442,7 @@ void DepthwiseInt8Tile(const PackedSubBlock& p, const float* xb, int in_len, Ind
   for (int cb = 0; cb < blocks; ++cb) {
     if (cb % 4 == 0) stack(s.rows, row_bytes, cb / 4, window, d.dilation, s.stacked);
     BlockArgs a;
-    a.stacked = s.stacked + static_cast<Index>(cb % 4) * window * kQuadBytes;
+    a.stacked = s.stacked + static_cast<Index>(cb % 4) * (window + kOverRead) * kQuadBytes;
     a.weights = p.depthwise_int8.data() + static_cast<Index>(cb) * quads * kQuadBytes;
     a.quads = quads;
     a.quad_step = static_cast<Index>(4) * d.dilation * kQuadBytes;
