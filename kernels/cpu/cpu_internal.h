@@ -139,14 +139,28 @@ std::size_t GemmInt8ScratchFloats(const PackedSubBlock& p);
 bool PackInt8Weights(const float* w_main, const ResidualInput* residuals, const float* a_scales,
                      PackedSubBlock* p);
 
+// Where the INT8 GEMM of a separable p (GemmTileInt8(), chosen now) takes its A for W_main: row r
+// of the tile at a + r * ld (ld = p.c_in_pad bytes), q or, when unsigned_a (vpdpbusd), q + 128.
+// A caller that writes those rows itself passes W_main's segment with rows == nullptr, and the
+// GEMM does not gather it. The bytes lie in the GEMM's scratch (`scratch` as given to it); the
+// GEMM overwrites them when it gathers the residual branches.
+struct Int8AStage {
+  std::int8_t* a = nullptr;
+  Index ld = 0;
+  bool unsigned_a = false;
+};
+Int8AStage GemmInt8AStage(const PackedSubBlock& p, float* scratch);
+
 // The INT8 depthwise stage of a kInt8 separable sub-block (int8_depthwise.cc): input rows
 // [first, first + WindowRows(p.desc, frames)) of one utterance (xb, in_len valid rows; masked rows
 // read as zero), quantized with p.depthwise_in_scale, convolved with the packed INT8 depthwise
-// weights (vpdpbusd where the CPU has AVX-512 VNNI, else plain loops: the same bits), written
-// dequantized as out[frames, C_in] FP32. frames <= kTileRows; `scratch` holds
+// weights (vpdpbusd where the CPU has AVX-512 VNNI, else plain loops: the same bits), dequantized
+// and quantized again with the GEMM's scale p.a_scale[0] into the GEMM's A rows out.a + f *
+// out.ld (frames f < frames; bytes [0, C_in rounded up to 16) of each; the same bytes the GEMM's
+// own gather would make of the FP32 output). frames <= kTileRows; `scratch` holds
 // Int8DepthwiseScratchBytes(p.desc) bytes, 64-byte aligned.
 void DepthwiseInt8Tile(const PackedSubBlock& p, const float* xb, int in_len, Index first,
-                       int frames, std::uint8_t* scratch, float* out);
+                       int frames, std::uint8_t* scratch, const Int8AStage& out);
 std::size_t Int8DepthwiseScratchBytes(const SubBlockDesc& desc);
 // Packs the depthwise weights for kInt8 (the depthwise_* fields of sub_block.h) with the
 // depthwise input's activation scale (finite, > 0).

@@ -17,8 +17,10 @@
 //      frames, whose quad q + 1 reads 8 of the same 12 stacked rows as quad q, so the rows stay
 //      in registers and 4 new ones are loaded per quad; else runs of up to 8 frames, one load
 //      per frame and quad. The sum minus 128 x the channel's weight sum, times
-//      depthwise_dequant[c] (input scale x weight scale), is the FP32 output row that the INT8
-//      GEMM then quantizes again as its A.
+//      depthwise_dequant[c] (input scale x weight scale), is the FP32 output; it is quantized
+//      at once with the GEMM's activation scale and stored as the GEMM's A row (int8_gemm.cc:
+//      GemmInt8AStage; q + 128 for vpdpbusd), the bytes the GEMM's gather would have made of
+//      it, so the FP32 row is never stored.
 // Without AVX-512 VNNI, plain loops compute the same INT32 sums from the same bytes: the same
 // bits.
 #include <algorithm>
@@ -201,7 +203,8 @@ void QuantizeRows(const float* xb, int in_len, Index first, Index count, int cha
   }
 }
 
-// Step 3 for one channel block: out rows t (stride out_stride floats) of `frames` frames.
+// Step 3 for one channel block: the GEMM's A rows of `frames` frames (out_stride bytes apart),
+// 16 bytes each.
 struct BlockArgs {
   const U8* stacked;  // this block's [window][64]
   const I8* weights;  // this block's [quads][64]
@@ -210,21 +213,29 @@ struct BlockArgs {
   Index frame_step;  // bytes between frames: stride * 64
   const I32* sums;   // this block's 16 weight sums
   const float* dq;   // this block's 16 dequantization factors
-  int valid;         // channels of this block that exist (<= 16)
-  float* out;        // frame 0, this block's first channel
-  Index out_stride;  // floats between frames
+  float inv;         // 1 / the GEMM's activation scale (p.a_scale[0])
+  bool to_unsigned;  // A as q + 128 (vpdpbusd's operand)
+  I8* out;           // frame 0, this block's first channel
+  Index out_stride;  // bytes between frames
 };
+
+// The sum of one channel, dequantized to the FP32 value the unfused path stored, then quantized
+// as the GEMM's gather quantized that value: the same bits.
+I8 OutputByte(I32 acc, I32 sum, float dq, float inv, bool to_unsigned) {
+  const I8 q = QuantizeInt8(static_cast<float>(acc - 128 * sum) * dq, inv);
+  return to_unsigned ? static_cast<I8>(static_cast<U8>(q) ^ 0x80u) : q;
+}
 
 void BlockPortable(const BlockArgs& a, int frames) {
   for (int f = 0; f < frames; ++f) {
-    for (int c = 0; c < a.valid; ++c) {
+    for (int c = 0; c < kBlock; ++c) {
       I32 acc = 0;
       for (int q = 0; q < a.quads; ++q) {
         const U8* x = a.stacked + f * a.frame_step + q * a.quad_step + c * 4;
         const I8* w = a.weights + static_cast<Index>(q) * kQuadBytes + c * 4;
         for (int j = 0; j < 4; ++j) acc += I32{x[j]} * I32{w[j]};
       }
-      a.out[f * a.out_stride + c] = static_cast<float>(acc - 128 * a.sums[c]) * a.dq[c];
+      a.out[f * a.out_stride + c] = OutputByte(acc, a.sums[c], a.dq[c], a.inv, a.to_unsigned);
     }
   }
 }
@@ -233,7 +244,9 @@ void BlockPortable(const BlockArgs& a, int frames) {
 #define JASPER_DW_VNNI_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")))
 
-// The sums of F frames, minus 128 x the weight sums, dequantized and stored.
+// The sums of F frames, minus 128 x the weight sums, dequantized (the FP32 value the unfused
+// path stored), quantized again with the GEMM's scale as its gather did (int8_quantize.h), and
+// stored as 16 bytes of A per frame.
 template <int F>
 JASPER_DW_VNNI_TARGET JASPER_ALWAYS_INLINE void StoreFrames(const BlockArgs& a,
                                                             const __m512i* acc) {
@@ -243,12 +256,22 @@ JASPER_DW_VNNI_TARGET JASPER_ALWAYS_INLINE void StoreFrames(const BlockArgs& a,
   const __m512i correction =  // 128 x sums
       _mm512_mask_slli_epi32(_mm512_setzero_si512(), all, _mm512_loadu_si512(a.sums), 7);
   const __m512 dq = _mm512_loadu_ps(a.dq);
-  const __mmask16 m = static_cast<__mmask16>((1u << a.valid) - 1u);
+  const __m512 inv = _mm512_set1_ps(a.inv);
+  const __m512 lo = _mm512_set1_ps(-127.0f);
+  const __m512 hi = _mm512_set1_ps(127.0f);
+  const __m128i flip = _mm_set1_epi8(a.to_unsigned ? static_cast<char>(0x80) : 0);
+  const __m512 zero_ps = _mm512_setzero_ps();
+  const __m512i zero_i = _mm512_setzero_si512();
+  const __m128i zero_b = _mm_setzero_si128();
   for (int f = 0; f < F; ++f) {
     const __m512 v = _mm512_mul_ps(
-        _mm512_mask_cvtepi32_ps(_mm512_setzero_ps(), all, _mm512_sub_epi32(acc[f], correction)),
-        dq);
-    _mm512_mask_storeu_ps(a.out + f * a.out_stride, m, v);
+        _mm512_mask_cvtepi32_ps(zero_ps, all, _mm512_sub_epi32(acc[f], correction)), dq);
+    const __m512 s = _mm512_mul_ps(v, inv);
+    const __m512 clamped =
+        _mm512_mask_min_ps(zero_ps, all, _mm512_mask_max_ps(zero_ps, all, s, lo), hi);
+    const __m512i q = _mm512_mask_cvtps_epi32(zero_i, all, clamped);
+    const __m128i bytes = _mm_xor_si128(_mm512_mask_cvtepi32_epi8(zero_b, all, q), flip);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(a.out + f * a.out_stride), bytes);
   }
 }
 
@@ -418,7 +441,7 @@ void PackInt8Depthwise(const float* depthwise, float input_scale, PackedSubBlock
 }
 
 void DepthwiseInt8Tile(const PackedSubBlock& p, const float* xb, int in_len, Index first,
-                       int frames, std::uint8_t* scratch, float* out) {
+                       int frames, std::uint8_t* scratch, const Int8AStage& out) {
   const SubBlockDesc& d = p.desc;
   const int channels = d.in_channels;
   const int blocks = Blocks(channels);
@@ -449,9 +472,10 @@ void DepthwiseInt8Tile(const PackedSubBlock& p, const float* xb, int in_len, Ind
     a.frame_step = static_cast<Index>(d.stride) * kQuadBytes;
     a.sums = p.depthwise_int8_sums.data() + cb * kBlock;
     a.dq = p.depthwise_dequant.data() + cb * kBlock;
-    a.valid = std::min(kBlock, channels - cb * kBlock);
-    a.out = out + cb * kBlock;
-    a.out_stride = channels;
+    a.inv = 1.0f / p.a_scale[0];
+    a.to_unsigned = out.unsigned_a;
+    a.out = out.a + cb * kBlock;
+    a.out_stride = out.ld;
 #if JASPER_X86_DISPATCH
     if (vnni) {
       BlockVnni(a, frames, s1);

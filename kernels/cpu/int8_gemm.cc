@@ -125,7 +125,8 @@ void GemmTileInt8Impl(const PackedSubBlock& p, const Segment* segments, int num_
     for (int g0 = 0; g0 < g.groups; g0 += per_chunk) {
       const int gc = std::min(per_chunk, g.groups - g0);
       const int cols = gc * g.group_pad;
-      Kernel::Gather(seg, g, g0, gc, rows, s.a, cols, inv);
+      // rows == nullptr: the caller wrote this (one-group) segment's A already (GemmInt8AStage).
+      if (seg.rows != nullptr) Kernel::Gather(seg, g, g0, gc, rows, s.a, cols, inv);
       Kernel::Block(
           p, ChunkArgs{s.a, cols, g.k0_pad + g0 * g.group_pad, cols, first_i, rows, s.acc_i});
       first_i = false;
@@ -310,6 +311,16 @@ GemmTileFn GemmTileInt8() {
   if ((isa == CpuIsa::kAmx || isa == CpuIsa::kAvx512) && f.avx512_vnni) return GemmTileInt8Vnni;
 #endif
   return GemmTileInt8Portable;
+}
+
+Int8AStage GemmInt8AStage(const PackedSubBlock& p, float* scratch) {
+  Int8AStage stage;
+  stage.a = ScratchOf(p, scratch).a;
+  stage.ld = p.c_in_pad;
+#if JASPER_X86_DISPATCH
+  stage.unsigned_a = GemmTileInt8() == GemmTileInt8Vnni;
+#endif
+  return stage;
 }
 
 std::size_t GemmInt8ScratchFloats(const PackedSubBlock& p) {

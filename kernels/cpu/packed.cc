@@ -272,8 +272,8 @@ Layout LayoutFor(const PackedSubBlock& p) {
   Index at = 0;
   if (d.separable) {
     l.block_stride = WindowRows(d, kTileRows) * kChannelBlock;
-    l.dw_out = at;
-    at = RoundToLine(at + tile * d.in_channels);
+    l.dw_out = at;  // INT8 writes the GEMM's A itself (GemmInt8AStage): no FP32 output
+    if (p.precision != Precision::kInt8) at = RoundToLine(at + tile * d.in_channels);
     l.window = at;  // FP32: the channel-blocked window; INT8: the depthwise's byte scratch
     Index window = l.block_stride * ChannelBlocks(d.in_channels);
     if (p.precision == Precision::kInt8) {
@@ -406,9 +406,14 @@ void FusedSubBlockCpuPackedPart(const PackedSubBlock& p, const float* x,
 
   // Segments: A_main (1 or K), then one per residual branch.
   const int main_segments = MainSegments(desc);
+  const bool int8 = p.precision == Precision::kInt8;
+  // INT8 separable: the depthwise stage writes W_main's A into the GEMM's scratch.
+  const cpu_internal::Int8AStage int8_a = desc.separable && int8
+                                              ? cpu_internal::GemmInt8AStage(p, gemm_scratch)
+                                              : cpu_internal::Int8AStage{};
   for (int s = 0; s < main_segments; ++s) {
     if (main_segments == 1) {
-      segments[s] = {a_rows, 0, p.k_main, 0};
+      segments[s] = {int8_a.a != nullptr ? nullptr : a_rows, 0, p.k_main, 0};
     } else {
       segments[s] = {a_rows, static_cast<Index>(s) * desc.dilation * c_in, c_in, s * c_in};
     }
@@ -433,7 +438,6 @@ void FusedSubBlockCpuPackedPart(const PackedSubBlock& p, const float* x,
 
   const bool separable = desc.separable;
   const bool pointwise = IsPointwiseDense(desc);
-  const bool int8 = p.precision == Precision::kInt8;
   const cpu_internal::DepthwiseTileFn depthwise = separable && !int8 ? DepthwiseTile() : nullptr;
   float* zero_row = nullptr;
   if (pointwise) {
@@ -477,18 +481,20 @@ void FusedSubBlockCpuPackedPart(const PackedSubBlock& p, const float* x,
       const Index first = static_cast<Index>(t0) * stride - desc.padding;
       if (separable) {
         float* window = ws + layout.window;
-        float* dw_out = ws + layout.dw_out + static_cast<Index>(tile_rows) * c_in;
         if (int8) {
+          cpu_internal::Int8AStage rows = int8_a;
+          rows.a += static_cast<Index>(tile_rows) * rows.ld;
           cpu_internal::DepthwiseInt8Tile(p, xb, in_len, first, frames,
-                                          reinterpret_cast<std::uint8_t*>(window), dw_out);
+                                          reinterpret_cast<std::uint8_t*>(window), rows);
         } else {
+          float* dw_out = ws + layout.dw_out + static_cast<Index>(tile_rows) * c_in;
           StageRowsBlocked(xb, in_len, first, WindowRows(desc, frames), c_in, layout.block_stride,
                            window);
           depthwise(window, layout.block_stride, stride, desc.dilation, p.depthwise.data(),
                     desc.kernel_size, c_in, frames, dw_out);
+          for (int f = 0; f < frames; ++f)
+            a_rows[tile_rows + f] = dw_out + static_cast<Index>(f) * c_in;
         }
-        for (int f = 0; f < frames; ++f)
-          a_rows[tile_rows + f] = dw_out + static_cast<Index>(f) * c_in;
       } else if (pointwise) {
         for (int f = 0; f < frames; ++f) {
           const Index row = first + static_cast<Index>(f) * stride;
