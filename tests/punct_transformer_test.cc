@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -74,6 +75,52 @@ TEST(TokenTransformerTest, LogitsMatchPyTorchOnEveryIsa) {
     }
     const kernels::CpuIsa previous = kernels::SetCpuIsaCap(isa);
     ExpectLogitsMatchPyTorch();
+    kernels::SetCpuIsaCap(previous);
+  }
+}
+
+// BF16 linear layers (Load's precision; Punctuator::DefaultPrecision picks it where it is
+// faster) on every BF16 path this CPU has, each forced in turn: logits near PyTorch's FP32 ones
+// (inputs and weights rounded to 8 significant bits, through 3 layers) and the same decisions
+// as FP32 for nearly every word.
+TEST(TokenTransformerTest, Bf16LogitsStayNearFp32OnEveryPath) {
+  absl::StatusOr<std::unique_ptr<const TokenTransformer>> bf16 = TokenTransformer::Load(
+      Shipped(), test_util::ReadManifest(Shipped() / "punct.json"), kernels::Precision::kBf16);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  const std::vector<test_util::LogitsReference> refs = References();
+  for (kernels::CpuIsa isa :
+       {kernels::CpuIsa::kAmx, kernels::CpuIsa::kAvx512, kernels::CpuIsa::kBaseline}) {
+    SCOPED_TRACE(kernels::CpuIsaName(isa));
+    if (kernels::GetCpuFeatures().best < isa) {
+      std::printf("SKIPPED for %s: this CPU lacks it\n", kernels::CpuIsaName(isa));
+      continue;
+    }
+    const kernels::CpuIsa previous = kernels::SetCpuIsaCap(isa);
+    std::printf("BF16 GEMM on %s: %s\n", kernels::CpuIsaName(isa),
+                kernels::HasBf16Gemm() ? "AMX or vdpbf16ps" : "portable loops");
+    int words = 0, same = 0;
+    float worst = 0.0f;
+    for (size_t p = 0; p < refs.size(); ++p) {
+      test_util::ExpectLogitsNear(**bf16, refs[p], 0.06f, "passage " + std::to_string(p));
+      const TokenClassifier::Logits got = (*bf16)->Forward(refs[p].words);
+      const TokenClassifier::Logits want = Model().Forward(refs[p].words);
+      const int k = TokenClassifier::kClasses;
+      for (size_t w = 0; w < refs[p].words.size(); ++w) {
+        auto argmax = [&](const std::vector<float>& v) {
+          return std::max_element(v.begin() + w * k, v.begin() + (w + 1) * k) - v.begin();
+        };
+        ++words;
+        same += argmax(got.marks) == argmax(want.marks) && argmax(got.cases) == argmax(want.cases);
+      }
+      for (size_t i = 0; i < got.marks.size(); ++i) {
+        worst = std::max(worst, std::abs(got.marks[i] - refs[p].marks[i]));
+        worst = std::max(worst, std::abs(got.cases[i] - refs[p].cases[i]));
+      }
+    }
+    std::printf(
+        "BF16 vs PyTorch FP32: max |d logit| %.4f; decisions as FP32's for %d of %d words\n", worst,
+        same, words);
+    EXPECT_GE(same, words * 98 / 100);
     kernels::SetCpuIsaCap(previous);
   }
 }

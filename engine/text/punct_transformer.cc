@@ -166,7 +166,11 @@ void AddLayerNorm(float* x, const float* add, int rows, int n, const std::vector
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<const TokenTransformer>> TokenTransformer::Load(
-    const std::filesystem::path& dir, const nlohmann::json& manifest) {
+    const std::filesystem::path& dir, const nlohmann::json& manifest,
+    kernels::Precision precision) {
+  if (precision != kernels::Precision::kFp32 && precision != kernels::Precision::kBf16) {
+    return absl::InvalidArgumentError("the transformer punctuator runs in fp32 or bf16");
+  }
   const std::filesystem::path manifest_path = dir / "punct.json";
   auto bad = [&](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat(manifest_path.string(), ": ", what));
@@ -274,7 +278,7 @@ absl::StatusOr<std::unique_ptr<const TokenTransformer>> TokenTransformer::Load(
     weights.bias = bias.data();
     dst->in = static_cast<int>(in);
     dst->out = static_cast<int>(out);
-    dst->packed = kernels::PackSubBlock(desc, weights, nullptr, 0);
+    dst->packed = kernels::PackSubBlock(desc, weights, nullptr, 0, precision);
     return absl::OkStatus();
   };
   t->layers_.resize(c["layers"].get<int>());

@@ -14,7 +14,8 @@
 // context_words words of context on either side; a word's scores come from the window whose core
 // holds it. Weights are stored in F16 and run in FP32 (the word embeddings stay F16 in memory,
 // converted row by row); the linear layers on the fused CPU GEMM
-// (kernels::PackSubBlock, a 1x1 dense sub-block without activation: AVX-512 / AVX2 / portable).
+// (kernels::PackSubBlock, a 1x1 dense sub-block without activation: AVX-512 / AVX2 / portable
+// in FP32, or BF16 where Load is asked for it).
 //
 // Tensor shapes (one window at a time, row-major): tokens [T] (T <= window_words *
 // max_pieces_per_word + 2 <= positions); hidden [T, H]; qkv [T, 3H]; attention scores [T, T] per
@@ -46,9 +47,12 @@ class TokenTransformer : public TokenClassifier {
   // Reads the files `manifest` names in `dir` ("weights", "vocabulary"; sizes already checked
   // by the caller) with the shapes its "transformer" object gives. NOT_FOUND: a missing file;
   // INVALID_ARGUMENT: a malformed config, vocabulary or tensor (missing, wrong shape, not
-  // finite), naming it.
+  // finite), naming it, or a precision other than fp32 and bf16. With kBf16 the linear layers
+  // round their inputs and weights to BF16 and sum in FP32 (the acoustic model's BF16 GEMM:
+  // AMX, vdpbf16ps, or portable loops); everything else stays FP32.
   static absl::StatusOr<std::unique_ptr<const TokenTransformer>> Load(
-      const std::filesystem::path& dir, const nlohmann::json& manifest);
+      const std::filesystem::path& dir, const nlohmann::json& manifest,
+      kernels::Precision precision = kernels::Precision::kFp32);
 
   Logits Forward(absl::Span<const std::string> words) const override;
 

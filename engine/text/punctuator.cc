@@ -17,6 +17,7 @@
 #include "engine/text/manifest_files.h"
 #include "engine/text/punct_cnn.h"
 #include "engine/text/punct_transformer.h"
+#include "kernels/cpu_features.h"
 #include "nlohmann/json.hpp"
 
 namespace jasper {
@@ -162,7 +163,19 @@ absl::StatusOr<absl::flat_hash_map<std::string, Punctuator::StartEvidence>> Load
 
 }  // namespace
 
+kernels::Precision Punctuator::DefaultPrecision() {
+  return kernels::Bf16GemmFasterThanFp32() ? kernels::Precision::kBf16 : kernels::Precision::kFp32;
+}
+
 absl::StatusOr<std::unique_ptr<const Punctuator>> Punctuator::Load(const std::string& dir) {
+  return Load(dir, DefaultPrecision());
+}
+
+absl::StatusOr<std::unique_ptr<const Punctuator>> Punctuator::Load(const std::string& dir,
+                                                                   kernels::Precision precision) {
+  if (precision != kernels::Precision::kFp32 && precision != kernels::Precision::kBf16) {
+    return absl::InvalidArgumentError("punctuation runs in fp32 or bf16");
+  }
   const std::filesystem::path root(dir);
   const std::filesystem::path manifest_path = root / "punct.json";
   std::ifstream in(manifest_path);
@@ -222,7 +235,7 @@ absl::StatusOr<std::unique_ptr<const Punctuator>> Punctuator::Load(const std::st
     if (method == "token_cnn") {
       classifier = TokenCnn::Load(root, manifest);
     } else {
-      classifier = TokenTransformer::Load(root, manifest);
+      classifier = TokenTransformer::Load(root, manifest, precision);
     }
     if (!classifier.ok()) return classifier.status();
     punctuator->classifier_ = *std::move(classifier);

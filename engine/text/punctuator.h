@@ -38,6 +38,7 @@
 #include "absl/types/span.h"
 #include "engine/decoding/ngram_lm.h"
 #include "engine/text/token_classifier.h"
+#include "kernels/sub_block.h"
 
 namespace jasper {
 
@@ -52,7 +53,17 @@ class Punctuator {
   // table (case.tsv) and the sentence-start table (starts.tsv), checking the sizes the manifest
   // states. NOT_FOUND: a file is missing; INVALID_ARGUMENT: a malformed
   // manifest or case table, a size mismatch, or an LM without the mark tokens.
+  // `precision` (fp32 or bf16) is the GEMM precision of a "token_transformer" model's linear
+  // layers; without it, DefaultPrecision().
   static absl::StatusOr<std::unique_ptr<const Punctuator>> Load(const std::string& dir);
+  static absl::StatusOr<std::unique_ptr<const Punctuator>> Load(const std::string& dir,
+                                                                kernels::Precision precision);
+
+  // BF16 where BF16 GEMMs are faster than FP32 ones on this CPU (kernels::
+  // Bf16GemmFasterThanFp32: AMX, or AMD's AVX-512 BF16), as --cpu_precision=auto decides for the
+  // acoustic model; else FP32. The marks it gives agree with FP32's to within the F1 table of
+  // docs/PERFORMANCE.md.
+  static kernels::Precision DefaultPrecision();
 
   // `words`: in order; empty words stay empty and are skipped. `complete`: the words end an
   // utterance (a final result), so the last one gets a closing . or ?; an interim result passes

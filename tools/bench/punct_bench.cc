@@ -5,6 +5,7 @@
 //
 //   build/tools/bench/punct_bench [--punct_dir=models/quartznet_en_tts_small/punct]
 //       [--heldout=tests/fixtures/punct/heldout.tsv] [--beam=8] [--passes=5] [--show=0]
+//       [--precision=auto|fp32|bf16]
 //   build/tools/bench/punct_bench --text="where is the station" [--itn_dir=...]   # one sentence
 //
 // Not a test (tests/punctuator_test.cc holds the goals): a measuring tool for
@@ -29,6 +30,9 @@ ABSL_FLAG(std::string, punct_dir, "models/quartznet_en_tts_small/punct", "Model 
 ABSL_FLAG(std::string, heldout, "tests/fixtures/punct/heldout.tsv",
           "input<TAB>reference lines (tools/build_punct.py --heldout).");
 ABSL_FLAG(int, beam, jasper::Punctuator::kDefaultBeam, "Hypotheses kept per word.");
+ABSL_FLAG(std::string, precision, "auto",
+          "GEMM precision of a token_transformer model: auto (Punctuator::DefaultPrecision), "
+          "fp32 or bf16.");
 ABSL_FLAG(int, passes, 5, "Timed passes over all passages (the median is printed).");
 ABSL_FLAG(int, show, 0, "Print this many passages: output and reference.");
 ABSL_FLAG(std::string, text, "",
@@ -50,7 +54,18 @@ double CpuSeconds() {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const double t0 = CpuSeconds();
-  auto punctuator = jasper::Punctuator::Load(absl::GetFlag(FLAGS_punct_dir));
+  const std::string precision_name = absl::GetFlag(FLAGS_precision);
+  jasper::kernels::Precision precision = jasper::Punctuator::DefaultPrecision();
+  if (precision_name == "fp32") {
+    precision = jasper::kernels::Precision::kFp32;
+  } else if (precision_name == "bf16") {
+    precision = jasper::kernels::Precision::kBf16;
+  } else if (precision_name != "auto") {
+    std::fprintf(stderr, "--precision: auto, fp32 or bf16\n");
+    return 2;
+  }
+  std::printf("precision: %s\n", precision == jasper::kernels::Precision::kBf16 ? "bf16" : "fp32");
+  auto punctuator = jasper::Punctuator::Load(absl::GetFlag(FLAGS_punct_dir), precision);
   if (!punctuator.ok()) {
     std::fprintf(stderr, "%s\n", punctuator.status().ToString().c_str());
     return 1;
