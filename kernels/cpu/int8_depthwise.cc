@@ -157,16 +157,11 @@ JASPER_AVX512_TARGET void StackGroupAvx512(const U8* rows, Index row_bytes, int 
 
 // Step 1 with AVX-512: 64 channels per group, the 4 blocks' INT32 values packed in-lane
 // (saturation never applies: they are within [-127, 127]), which is the lane permutation.
-// Channels past n load as zeros, so they become 128. Clamped in FP32 before the conversion,
-// NaN -> -127, as int8_quantize.h.
+// Channels past n load as zeros, so they become 128.
 JASPER_AVX512_TARGET void PermutedRowAvx512(const float* src, int n, float inv, U8* dst) {
   const __m512 scale = _mm512_set1_ps(inv);
-  const __m512 lo = _mm512_set1_ps(-127.0f);
-  const __m512 hi = _mm512_set1_ps(127.0f);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   const __mmask16 all = 0xffff;
-  const __m512 zero_ps = _mm512_setzero_ps();
-  const __m512i zero_i = _mm512_setzero_si512();
   for (int c = 0; c < n; c += kGroup) {
     __m512i q[4];
     for (int k = 0; k < 4; ++k) {
@@ -174,10 +169,7 @@ JASPER_AVX512_TARGET void PermutedRowAvx512(const float* src, int n, float inv, 
       const __mmask16 m = c0 + 16 <= n ? all
                           : c0 >= n    ? static_cast<__mmask16>(0)
                                        : static_cast<__mmask16>((1u << (n - c0)) - 1u);
-      const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + c0), scale);
-      const __m512 clamped =
-          _mm512_mask_min_ps(zero_ps, all, _mm512_mask_max_ps(zero_ps, all, v, lo), hi);
-      q[k] = _mm512_mask_cvtps_epi32(zero_i, all, clamped);
+      q[k] = QuantizeLanesAvx512(_mm512_maskz_loadu_ps(m, src + c0), scale);
     }
     const __m512i bytes =
         _mm512_packs_epi16(_mm512_packs_epi32(q[0], q[1]), _mm512_packs_epi32(q[2], q[3]));
@@ -257,19 +249,13 @@ JASPER_DW_VNNI_TARGET JASPER_ALWAYS_INLINE void StoreFrames(const BlockArgs& a,
       _mm512_mask_slli_epi32(_mm512_setzero_si512(), all, _mm512_loadu_si512(a.sums), 7);
   const __m512 dq = _mm512_loadu_ps(a.dq);
   const __m512 inv = _mm512_set1_ps(a.inv);
-  const __m512 lo = _mm512_set1_ps(-127.0f);
-  const __m512 hi = _mm512_set1_ps(127.0f);
   const __m128i flip = _mm_set1_epi8(a.to_unsigned ? static_cast<char>(0x80) : 0);
   const __m512 zero_ps = _mm512_setzero_ps();
-  const __m512i zero_i = _mm512_setzero_si512();
   const __m128i zero_b = _mm_setzero_si128();
   for (int f = 0; f < F; ++f) {
     const __m512 v = _mm512_mul_ps(
         _mm512_mask_cvtepi32_ps(zero_ps, all, _mm512_sub_epi32(acc[f], correction)), dq);
-    const __m512 s = _mm512_mul_ps(v, inv);
-    const __m512 clamped =
-        _mm512_mask_min_ps(zero_ps, all, _mm512_mask_max_ps(zero_ps, all, s, lo), hi);
-    const __m512i q = _mm512_mask_cvtps_epi32(zero_i, all, clamped);
+    const __m512i q = QuantizeLanesAvx512(v, inv);
     const __m128i bytes = _mm_xor_si128(_mm512_mask_cvtepi32_epi8(zero_b, all, q), flip);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(a.out + f * a.out_stride), bytes);
   }

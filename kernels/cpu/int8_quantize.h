@@ -35,28 +35,33 @@ inline int QuantizeRowPortable(const float* src, int n, std::int8_t* dst, float 
 }
 
 #if JASPER_X86_DISPATCH
+// 16 lanes: round_half_even(clamp(v * inv, -127, 127)) as INT32 (every use of the rule on
+// vectors goes through here). Clamped in FP32 before the conversion: vcvtps2dq turns anything
+// beyond INT32 into INT32_MIN, and vmaxps(NaN, -127) gives -127. The merge-masked forms with every
+// lane set avoid GCC 12's "may be used uninitialized" warnings about the plain forms' internal
+// undefined vectors.
+JASPER_AVX512_TARGET inline __m512i QuantizeLanesAvx512(__m512 v, __m512 inv) {
+  const __mmask16 all = 0xffff;
+  const __m512 zero_ps = _mm512_setzero_ps();
+  const __m512 clamped = _mm512_mask_min_ps(
+      zero_ps, all,
+      _mm512_mask_max_ps(zero_ps, all, _mm512_mul_ps(v, inv), _mm512_set1_ps(-127.0f)),
+      _mm512_set1_ps(127.0f));
+  return _mm512_mask_cvtps_epi32(_mm512_setzero_si512(), all, clamped);
+}
+
 // 16 at a time; the masked tail loads zeros, so the elements written past n (up to the next
-// multiple of 16; the return value) are 0, or 128 with `to_unsigned`. Clamped in FP32 before the
-// conversion: vcvtps2dq turns anything beyond INT32 into INT32_MIN, and vmaxps(NaN, -127) gives
-// -127. The merge-masked forms with every lane set avoid GCC 12's "may be used uninitialized"
-// warnings about the plain forms' internal undefined vectors.
+// multiple of 16; the return value) are 0, or 128 with `to_unsigned`.
 JASPER_AVX512_TARGET inline int QuantizeRowAvx512(const float* src, int n, std::int8_t* dst,
                                                   float inv, bool to_unsigned) {
   const __m512 scale = _mm512_set1_ps(inv);
-  const __m512 lo = _mm512_set1_ps(-127.0f);
-  const __m512 hi = _mm512_set1_ps(127.0f);
   const __m128i flip = _mm_set1_epi8(to_unsigned ? static_cast<char>(0x80) : 0);
   const __mmask16 all = 0xffff;
-  const __m512 zero_ps = _mm512_setzero_ps();
-  const __m512i zero_i = _mm512_setzero_si512();
   const __m128i zero_b = _mm_setzero_si128();
   int c = 0;
   for (; c < n; c += 16) {
     const __mmask16 m = c + 16 <= n ? all : static_cast<__mmask16>((1u << (n - c)) - 1u);
-    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + c), scale);
-    const __m512 clamped =
-        _mm512_mask_min_ps(zero_ps, all, _mm512_mask_max_ps(zero_ps, all, v, lo), hi);
-    const __m512i q = _mm512_mask_cvtps_epi32(zero_i, all, clamped);
+    const __m512i q = QuantizeLanesAvx512(_mm512_maskz_loadu_ps(m, src + c), scale);
     const __m128i bytes = _mm_xor_si128(_mm512_mask_cvtepi32_epi8(zero_b, all, q), flip);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + c), bytes);
   }
