@@ -150,7 +150,8 @@ using AlignedFloats = std::vector<float, CacheLineAllocator<float>>;
 //   depthwise_in_scale, the weights per channel (max |w| / 127 over the taps) in
 //   depthwise_int8[C_in/16][ceil(K/4)][16][4] (quads of taps per channel, taps past K zero),
 //   INT32 sums dequantized per channel (depthwise_dequant = input scale x weight scale) to the
-//   FP32 rows the GEMM reads as A_main.
+//   FP32 values the GEMM takes as A_main, which the depthwise stage quantizes with a_scale[0] at
+//   once into the GEMM's A (kernels/cpu/int8_depthwise.cc): the same bytes a gather would make.
 struct PackedSubBlock {
   SubBlockDesc desc;
   Precision precision = Precision::kFp32;  // kFp32, kBf16 or kInt8

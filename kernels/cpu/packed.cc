@@ -4,7 +4,9 @@
 //   y[rows, C_out] = act( [A_main | A_res0 | A_res1 ...] x [W_main; W_res0; W_res1 ...] + bias )
 // where the K-segments of A are given by row pointers:
 //   separable: A_main row r = the depthwise output of that frame (computed into the workspace
-//              just before, from a channel-blocked staged window, see depthwise.cc);
+//              just before, from a channel-blocked staged window, see depthwise.cc; INT8: the
+//              depthwise stage writes the quantized A rows into the GEMM's scratch itself, see
+//              int8_depthwise.cc, and W_main's segment has no row pointers);
 //   dense 1x1: A_main row r = the input row the frame reads, or a zero row when it is masked;
 //   dense K>1: A_main row r = K consecutive input rows of a staged (or, inside the utterance,
 //              in-place) window when dilation == 1 (one K*C_in segment), else one C_in segment
