@@ -60,6 +60,12 @@ bool HasBf16Gemm();
 // it is fast (CpuFeatures::fast_avx512_bf16). What --cpu_precision=auto picks BF16 by.
 bool Bf16GemmFasterThanFp32();
 
+// Whether a BF16 depthwise conv (vdpbf16ps) beats the FP32 one at the active level: AVX-512 BF16
+// where it is fast (CpuFeatures::fast_avx512_bf16) and the level is kAvx512. Not with AMX: there
+// vdpbf16ps runs on one port, slower than FP32 FMAs (docs/PERFORMANCE.md). PackSubBlock asks it
+// when it packs a kBf16 separable sub-block.
+bool Bf16DepthwiseFasterThanFp32();
+
 // Whether INT8 GEMMs run in hardware at the active level: AMX INT8 tiles (kAmx on a CPU with
 // AMX-INT8), or vpdpbusd (kAvx512 and up on a CPU with AVX-512 VNNI). Without it a kInt8
 // sub-block runs on portable loops (correct, slow).

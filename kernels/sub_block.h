@@ -181,6 +181,11 @@ struct PackedSubBlock {
   std::vector<std::int32_t, CacheLineAllocator<std::int32_t>> depthwise_int8_sums;
   AlignedFloats bias;       // [n_panels * 16], zero when there is no bias
   AlignedFloats depthwise;  // separable kFp32/kBf16: [ceil(C_in/16)][K][16]
+  // kBf16 separable, packed where kernels::Bf16DepthwiseFasterThanFp32(): the depthwise conv in
+  // BF16 too (its input and weights rounded to BF16, products summed in FP32 by vdpbf16ps), the
+  // weights as [ceil(C_in/16)][ceil(K/2)][16][2] pairs of taps (a tap past K zero).
+  bool bf16_depthwise = false;
+  std::vector<std::uint16_t, CacheLineAllocator<std::uint16_t>> depthwise_bf16;
 };
 
 // Packs `weights` and the residual branches' weights (residuals[p].weight, .channels; .x is not

@@ -371,7 +371,8 @@ void RunCase(const Case& c) {
   }
   // Fused on packed weights, on every path this CPU has (each ISA level in turn, FP32, BF16 and
   // INT8).
-  std::vector<double> bf16_limit;  // per element (CheckBounded)
+  std::vector<double> bf16_limit;     // per element (CheckBounded)
+  std::vector<double> bf16_dw_limit;  // the same with a BF16 depthwise conv
   std::vector<double> int8_limit;
   int8_check::Int8Oracle int8;    // INT8's scales and error bound
   std::vector<float> int8_first;  // the first INT8 path's output, which every INT8 path matches
@@ -381,8 +382,12 @@ void RunCase(const Case& c) {
     const bool bf16 = v.precision == Precision::kBf16;
     const bool is_int8 = v.precision == Precision::kInt8;
     if (bf16 && bf16_limit.empty()) {
+      // Each operand of the GEMM rounded to BF16 moves a product by at most 2^-8 of itself, so
+      // by 2^-7 for both; a BF16 depthwise (bf16_depthwise) rounds its own operands as well,
+      // which adds 2^-7 of the depthwise terms to the GEMM's input: 2^-6 in all.
       for (float a : AbsReference(c, desc, w, x, g, res_x, res_w)) {
         bf16_limit.push_back(1.01 * std::ldexp(double(a), -7) + tol);
+        bf16_dw_limit.push_back(1.01 * std::ldexp(double(a), -6) + tol);
       }
     }
     if (is_int8 && int8.scales.empty()) {
@@ -397,8 +402,8 @@ void RunCase(const Case& c) {
     for (const auto& r : res_x) res_ptrs.push_back(r.data());
     auto check_path = [&](const char* kernel, const std::vector<float>& y_fast) {
       if (bf16) {
-        CheckBounded(kernel, y_fast, y_ref, bf16_limit, 1.0 / 64, out_len, c.batch, out_time, c_out,
-                     tol);
+        CheckBounded(kernel, y_fast, y_ref, packed.bf16_depthwise ? bf16_dw_limit : bf16_limit,
+                     1.0 / 64, out_len, c.batch, out_time, c_out, tol);
       } else if (is_int8) {
         CheckBounded(kernel, y_fast, y_ref, int8_limit, 1.0 / 16, out_len, c.batch, out_time, c_out,
                      tol);
@@ -410,6 +415,15 @@ void RunCase(const Case& c) {
     std::vector<float> y_fast(y_size, kNaN);
     FusedSubBlockCpuPacked(packed, x.data(), g, res_ptrs.data(), workspace.data(), y_fast.data());
     check_path("FusedSubBlockCpuPacked", y_fast);
+    if (packed.bf16_depthwise) {
+      // Packed for vdpbf16ps; the same weights run on the portable loops when the level drops.
+      const ScopedIsa portable(CpuIsa::kBaseline);
+      std::vector<float> y_portable(y_size, kNaN);
+      std::vector<float> portable_workspace(PackedSubBlockWorkspaceFloats(packed), kNaN);
+      FusedSubBlockCpuPacked(packed, x.data(), g, res_ptrs.data(), portable_workspace.data(),
+                             y_portable.data());
+      check_path("FusedSubBlockCpuPacked, BF16 depthwise on portable loops", y_portable);
+    }
     if (is_int8 && int8_first.empty()) {
       int8_first = y_fast;
     } else if (is_int8) {

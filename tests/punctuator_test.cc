@@ -237,7 +237,7 @@ TEST_F(PunctFolderTest, TruncatedOrGarbageLmIsRejected) {
 
 TEST_F(PunctFolderTest, BadCaseTablesAreRejected) {
   const size_t size = Read("case.tsv").size();
-  for (const std::string bad :
+  for (const std::string& bad :
        {std::string("london\tParis\n"), std::string("London\tLondon\n"), std::string("london\n"),
         std::string("new york\tNew York\n"), std::string("london\tLondon\tLondon\n"),
         std::string("london\tLondon\nlondon\tLONDON\n"), std::string("zzzzqx\tZzzzqx\n")}) {
@@ -255,7 +255,7 @@ TEST_F(PunctFolderTest, BadCaseTablesAreRejected) {
 
 TEST_F(PunctFolderTest, BadSentenceStartTablesAreRejected) {
   const size_t size = Read("starts.tsv").size();
-  for (const std::string bad :
+  for (const std::string& bad :
        {std::string("where is\t0.1\n"), std::string("where is\tx\t0.5\n"),
         std::string("where is\t0.1\tnan\n"), std::string("where is\t0.1\t99\n"),
         std::string("Where\t0.1\t0.2\n"), std::string("\t0.1\t0.2\n"),
@@ -273,7 +273,7 @@ TEST_F(PunctFolderTest, BadSentenceStartTablesAreRejected) {
 
 TEST_F(PunctFolderTest, MalformedManifestsAreRejected) {
   const std::string manifest = Read("punct.json");
-  for (const std::string bad :
+  for (const std::string& bad :
        {std::string("{"), std::string("[]"),
         std::string(R"({"format_version": 2, "marks": [",", ".", "?"]})"),
         std::string(R"({"format_version": 1, "marks": [".", "?"]})"),

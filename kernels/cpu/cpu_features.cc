@@ -165,6 +165,10 @@ bool Bf16GemmFasterThanFp32() {
   return isa == CpuIsa::kAmx || (isa == CpuIsa::kAvx512 && GetCpuFeatures().fast_avx512_bf16);
 }
 
+bool Bf16DepthwiseFasterThanFp32() {
+  return ActiveCpuIsa() == CpuIsa::kAvx512 && GetCpuFeatures().fast_avx512_bf16;
+}
+
 bool HasInt8Gemm() {
   const CpuIsa isa = ActiveCpuIsa();
   const CpuFeatures& f = GetCpuFeatures();

@@ -166,6 +166,17 @@ std::size_t Int8DepthwiseScratchBytes(const SubBlockDesc& desc);
 // depthwise input's activation scale (finite, > 0).
 void PackInt8Depthwise(const float* depthwise, float input_scale, PackedSubBlock* p);
 
+// The BF16 depthwise stage of a kBf16 separable sub-block packed with bf16_depthwise
+// (bf16_depthwise.cc): out[frames, C_in] FP32 (row stride C_in) from the channel-blocked staged
+// window (block_stride floats per block; WindowRows(p.desc, frames) + dilation rows staged, the
+// last for an odd K's zero tap) and p.depthwise_bf16; vdpbf16ps where the active level has AVX-512
+// BF16, else plain loops. `scratch` holds Bf16DepthwisePairBytes(p.desc) bytes.
+void DepthwiseBf16Tile(const PackedSubBlock& p, const float* window, Index block_stride, int frames,
+                       std::uint8_t* scratch, float* out);
+std::size_t Bf16DepthwisePairBytes(const SubBlockDesc& desc);
+// Packs p->depthwise_bf16 and sets p->bf16_depthwise.
+void PackBf16Depthwise(const float* depthwise, PackedSubBlock* p);
+
 // Offsets in floats rounded up to whole cache lines.
 Index RoundToLine(Index floats);
 // First cache-line boundary at or after p (workspace sizes include the slack for it).

@@ -253,6 +253,7 @@ struct Layout {
   Index block_stride = 0;  // separable: floats per channel block of the staged window
   Index dw_out = 0;        // separable: [tile, C_in] depthwise output
   Index window = 0;        // separable: [C_in/16][rows][16]; dense K>1: [rows, C_in]
+  Index pairs = 0;         // separable with bf16_depthwise: the BF16 depthwise's pair rows
   Index zero_row = 0;      // dense 1x1: C_in zeros
   Index a_rows = 0;        // [tile] const float*: A_main row pointers
   Index c_rows = 0;        // [tile] float*: output row pointers
@@ -273,7 +274,9 @@ Layout LayoutFor(const PackedSubBlock& p) {
   Layout l;
   Index at = 0;
   if (d.separable) {
-    l.block_stride = WindowRows(d, kTileRows) * kChannelBlock;
+    // The BF16 depthwise reads `dilation` rows past the window (an odd K's zero tap).
+    l.block_stride =
+        (WindowRows(d, kTileRows) + (p.bf16_depthwise ? d.dilation : 0)) * kChannelBlock;
     l.dw_out = at;  // INT8 writes the GEMM's A itself (GemmInt8AStage): no FP32 output
     if (p.precision != Precision::kInt8) at = RoundToLine(at + tile * d.in_channels);
     l.window = at;  // FP32: the channel-blocked window; INT8: the depthwise's byte scratch
@@ -282,6 +285,10 @@ Layout LayoutFor(const PackedSubBlock& p) {
       window = FloatsFor(cpu_internal::Int8DepthwiseScratchBytes(d));
     }
     at = RoundToLine(at + window);
+    if (p.bf16_depthwise) {
+      l.pairs = at;
+      at = RoundToLine(at + FloatsFor(cpu_internal::Bf16DepthwisePairBytes(d)));
+    }
   } else if (IsPointwiseDense(d)) {
     l.zero_row = at;
     at = RoundToLine(at + d.in_channels);
@@ -358,6 +365,9 @@ PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& wei
   p.valid = true;
   if (precision == Precision::kBf16) {
     cpu_internal::PackBf16Weights(weights.weight, residuals, &p);
+    if (desc.separable && Bf16DepthwiseFasterThanFp32()) {
+      cpu_internal::PackBf16Depthwise(weights.depthwise, &p);
+    }
     return p;
   }
   p.b.assign(static_cast<std::size_t>(p.n_panels) * p.k_total * kNr, 0.0f);
@@ -490,10 +500,17 @@ void FusedSubBlockCpuPackedPart(const PackedSubBlock& p, const float* x,
                                           reinterpret_cast<std::uint8_t*>(window), rows);
         } else {
           float* dw_out = ws + layout.dw_out + static_cast<Index>(tile_rows) * c_in;
-          StageRowsBlocked(xb, in_len, first, WindowRows(desc, frames), c_in, layout.block_stride,
-                           window);
-          depthwise(window, layout.block_stride, stride, desc.dilation, p.depthwise.data(),
-                    desc.kernel_size, c_in, frames, dw_out);
+          const Index extra = p.bf16_depthwise ? desc.dilation : 0;  // an odd K's zero tap
+          StageRowsBlocked(xb, in_len, first, WindowRows(desc, frames) + extra, c_in,
+                           layout.block_stride, window);
+          if (p.bf16_depthwise) {
+            cpu_internal::DepthwiseBf16Tile(p, window, layout.block_stride, frames,
+                                            reinterpret_cast<std::uint8_t*>(ws + layout.pairs),
+                                            dw_out);
+          } else {
+            depthwise(window, layout.block_stride, stride, desc.dilation, p.depthwise.data(),
+                      desc.kernel_size, c_in, frames, dw_out);
+          }
           for (int f = 0; f < frames; ++f)
             a_rows[tile_rows + f] = dw_out + static_cast<Index>(f) * c_in;
         }
