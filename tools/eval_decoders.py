@@ -82,12 +82,14 @@ def sets(work):
             if os.path.exists(wav) and len(norm(text).split()) >= 2:
                 items.append((wav, norm(text)))
         out["asterisk-allison"] = items
-    # Every file as 16 kHz mono 16-bit WAV (sox), once.
+    # Every file as 16 kHz mono 16-bit WAV (sox), once; -D: no dither, which sox otherwise adds
+    # with fresh random noise each run whenever it resamples (8 kHz prompts, 22.05 kHz voices),
+    # so that two runs score the same samples.
     for name, items in out.items():
         conv = []
         for i, (wav, ref) in enumerate(items):
             dst = os.path.join(work, f"{name}_{i:04d}.wav")
-            subprocess.run(["sox", "-V1", wav, "-r", "16000", "-c", "1", "-b", "16", dst], check=True)
+            subprocess.run(["sox", "-V1", wav, "-D", "-r", "16000", "-c", "1", "-b", "16", dst], check=True)
             conv.append((dst, ref))
         out[name] = conv
     return out
