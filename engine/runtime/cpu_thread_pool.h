@@ -16,6 +16,7 @@
 #define JASPER_ENGINE_RUNTIME_CPU_THREAD_POOL_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -60,8 +61,28 @@ class CpuThreadPool {
 
  private:
   using StepFn = void (*)(void* ctx, int part);
-  // Spin iterations (each a CPU pause, ~10-40 ns) before blocking on the condition variable.
-  static constexpr int kSpinIterations = 2000;
+  // How long a waiting thread spins (CPU pauses, the clock read every 32) before it blocks on a
+  // condition variable. Time, not a count: a pause takes 24 ns on AMD Zen 5 and about 140 on
+  // Intel since Skylake. It must outlast a blocked thread's wake-up (futex, and in a VM the
+  // halted vCPU's interrupt: tens of microseconds), or the two sides fall into a cascade: the
+  // caller waits past its spin for a worker that is still waking, blocks, and the worker's spin
+  // for the next step runs out while the caller wakes. On a 2-vCPU Zen 5 guest a 48 us spin gave
+  // 2 threads 1.2-1.7x one thread on 3.2 s windows (INT8), 200 us 1.97x (docs/PERFORMANCE.md).
+  // Idle cost: at most this long of one core per step after the last forward pass.
+  static constexpr auto kSpin = std::chrono::microseconds(200);
+
+  // Spins until done() or kSpin has passed; returns done()'s last value.
+  template <typename Done>
+  static bool SpinUntil(Done done) {
+    const auto deadline = std::chrono::steady_clock::now() + kSpin;
+    for (;;) {
+      for (int i = 0; i < 32; ++i) {
+        if (done()) return true;
+        Pause();
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return done();
+    }
+  }
 
   static void Pause() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -81,10 +102,7 @@ class CpuThreadPool {
     }
     work_cv_.notify_all();
     fn(ctx, 0);
-    for (int i = 0; i < kSpinIterations && pending_hint_.load(std::memory_order_acquire) != 0;
-         ++i) {
-      Pause();
-    }
+    SpinUntil([this] { return pending_hint_.load(std::memory_order_acquire) == 0; });
     std::unique_lock<std::mutex> lock(mu_);
     done_cv_.wait(lock, [this] { return pending_ == 0; });
   }
@@ -92,10 +110,7 @@ class CpuThreadPool {
   void WorkerLoop(int part) {
     std::uint64_t seen = 0;
     for (;;) {
-      for (int i = 0;
-           i < kSpinIterations && generation_hint_.load(std::memory_order_acquire) == seen; ++i) {
-        Pause();
-      }
+      SpinUntil([&] { return generation_hint_.load(std::memory_order_acquire) != seen; });
       StepFn fn;
       void* ctx;
       {
