@@ -70,6 +70,15 @@ Scratch ScratchOf(const PackedSubBlock& p, float* scratch) {
   return s;
 }
 
+// The last chunk of the last weight group, where a kernel with kFusedEnd finishes the output
+// itself: out[r][n] = act((acc_f[r][n] +) dequantized sums + bias[n]) for n < c_out, the same
+// operations, in the same order, as DequantRows followed by EpilogueRows.
+struct FusedEnd {
+  int group;             // the weight group whose sums the chunk completes
+  const float* acc_f;    // the earlier groups' FP32 sums [rows][AccCols]; nullptr: none
+  float* const* c_rows;  // the tile's output rows
+};
+
 // Parameters of one chunk's Block call.
 struct ChunkArgs {
   const Int8* a;  // [rows rounded to 32][ld]
@@ -78,7 +87,8 @@ struct ChunkArgs {
   int cols;       // K of the chunk, a multiple of 64
   bool first;     // the weight group's INT32 sums start at zero
   int rows;
-  Int32* acc;  // [rows rounded to 32][AccCols]
+  Int32* acc;                     // [rows rounded to 32][AccCols]
+  const FusedEnd* end = nullptr;  // set for the tile's last chunk when Kernel::kFusedEnd
 };
 
 // acc_f[r][n] (+)= (acc_i[r][n] - kOffset * col_sums[group][n]) * dequant[group][n].
@@ -105,9 +115,15 @@ void GemmTileInt8Impl(const PackedSubBlock& p, const Segment* segments, int num_
   if (rows <= 0) return;
   const Scratch s = ScratchOf(p, scratch);
   Kernel::Begin();
-  int group = -1;       // the weight group being summed
-  bool first_i = true;  // its INT32 sums start at zero
-  bool first_f = true;  // no group added to the FP32 accumulators yet
+  int group = -1;         // the weight group being summed
+  bool first_i = true;    // its INT32 sums start at zero
+  bool first_f = true;    // no group added to the FP32 accumulators yet
+  int last_segment = -1;  // the last segment with columns: its last chunk ends the GEMM
+  for (int si = 0; si < num_segments; ++si) {
+    if (segments[si].k > 0) last_segment = si;
+  }
+  FusedEnd end;
+  bool ended = false;  // the kernel finished the output rows itself (Kernel::kFusedEnd)
   for (int si = 0; si < num_segments; ++si) {
     const Segment& seg = segments[si];
     if (seg.k <= 0) continue;
@@ -127,19 +143,25 @@ void GemmTileInt8Impl(const PackedSubBlock& p, const Segment* segments, int num_
       const int cols = gc * g.group_pad;
       // rows == nullptr: the caller wrote this (one-group) segment's A already (GemmInt8AStage).
       if (seg.rows != nullptr) Kernel::Gather(seg, g, g0, gc, rows, s.a, cols, inv);
-      Kernel::Block(
-          p, ChunkArgs{s.a, cols, g.k0_pad + g0 * g.group_pad, cols, first_i, rows, s.acc_i});
+      ChunkArgs chunk{s.a, cols, g.k0_pad + g0 * g.group_pad, cols, first_i, rows, s.acc_i};
+      if (Kernel::kFusedEnd && si == last_segment && g0 + per_chunk >= g.groups) {
+        end = FusedEnd{group, first_f ? nullptr : s.acc_f, c_rows};
+        chunk.end = &end;
+        ended = true;
+      }
+      Kernel::Block(p, chunk);
       first_i = false;
     }
   }
   Kernel::End();
-  if (group < 0) return;  // not reached: W_main always has rows
+  if (group < 0 || ended) return;  // group < 0: not reached, W_main always has rows
   Kernel::Dequant(p, group, s.acc_i, rows, first_f, s.acc_f);
   EpilogueRows(p, s.acc_f, rows, c_rows);
 }
 
 // Plain loops over the same buffers: acc[r][n] (+)= sum_k a[r][k] * B[kp0 + k][n], exactly.
 struct PortableKernel {
+  static constexpr bool kFusedEnd = false;
   static void Begin() {}
   static void End() {}
   static void Gather(const Segment& seg, const SegmentGroups& g, int g0, int gc, int rows, Int8* a,
@@ -185,11 +207,41 @@ void GemmTileInt8Portable(const PackedSubBlock& p, const Segment* segments, int 
 
 // AVX-512 VNNI without AMX-INT8 (e.g. Intel Ice Lake / Cascade Lake, AMD Zen 4): vpdpbusd on the
 // same packed B (its [k / 4][16][4] panels are vpdpbusd's operand layout), MR rows x 32 columns:
-// 2 * MR accumulators + 2 B vectors + 1 broadcast A quad.
-template <int MR>
+// 2 * MR accumulators + 2 B vectors + 1 broadcast A quad. The tile's last chunk (c.end) finishes
+// the output from the registers: no INT32 or FP32 accumulator buffer round trip.
+// All 16 lanes: the maskz_ forms of the unmasked intrinsics, the same instructions, because the
+// unmasked ones' _mm512_undefined operand trips GCC 12's -Wmaybe-uninitialized when inlined here.
+constexpr __mmask16 kAll = 0xffff;
+
+struct VnniEnd {       // one 32-column panel's constants for the fused end
+  __m512i sums128[2];  // 128 x the quantized weights' column sums (vpdpbusd's A offset)
+  __m512 dq[2], bias[2];
+  __mmask16 keep[2];  // columns < c_out
+  bool relu;
+};
+
+// One 16-column half of a finished row: out = act((prev +) (sum - 128 x col sums) x dequant +
+// bias), columns past C_out left alone.
+JASPER_VNNI_TARGET JASPER_ALWAYS_INLINE void FinishHalf(__m512i sum, const VnniEnd& e, int h,
+                                                        const float* prev, float* out) {
+  __m512 v =
+      _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(kAll, _mm512_sub_epi32(sum, e.sums128[h])), e.dq[h]);
+  // The product rounded on its own, in every MR instantiation alike: GCC would contract it with
+  // the add below into an FMA in some and not others, and rows of a tile split differently
+  // across threads would then get different bits.
+  asm("" : "+v"(v));
+  if (prev != nullptr) v = _mm512_add_ps(_mm512_loadu_ps(prev), v);
+  v = _mm512_add_ps(v, e.bias[h]);
+  if (e.relu) v = _mm512_maskz_max_ps(kAll, _mm512_setzero_ps(), v);
+  _mm512_mask_storeu_ps(out, e.keep[h], v);
+}
+
+template <int MR, bool kEnd>
 JASPER_VNNI_TARGET JASPER_ALWAYS_INLINE void DpBusdRows(const Int8* a, int ld, int cols,
                                                         const Int8* b0, const Int8* b1, bool first,
-                                                        Int32* acc, int acc_cols) {
+                                                        Int32* acc, int acc_cols, const VnniEnd& e,
+                                                        const float* acc_f, float* const* c_rows,
+                                                        int n0) {
   __m512i c0[MR], c1[MR];
   for (int i = 0; i < MR; ++i) {
     Int32* row = acc + static_cast<Index>(i) * acc_cols;
@@ -207,28 +259,48 @@ JASPER_VNNI_TARGET JASPER_ALWAYS_INLINE void DpBusdRows(const Int8* a, int ld, i
       c1[i] = _mm512_dpbusd_epi32(c1[i], x, w1);
     }
   }
-  for (int i = 0; i < MR; ++i) {
-    Int32* row = acc + static_cast<Index>(i) * acc_cols;
-    _mm512_storeu_si512(row, c0[i]);
-    _mm512_storeu_si512(row + kNr, c1[i]);
+  if constexpr (kEnd) {
+    // DequantRows<true> then EpilogueRows, per register: (sum - 128 x col sum) x dequant, plus
+    // the earlier groups' FP32 sums, plus the bias; ReLU as max(0, v), which keeps a NaN (the
+    // second operand) and -0.0 like the epilogue's `v < 0 ? 0 : v`.
+    // Unrolled, like the loops above: an array indexed by a variable would live in memory, and
+    // GCC would store every accumulator on each step of the K loop.
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const float* prev =
+          acc_f == nullptr ? nullptr : acc_f + static_cast<Index>(i) * acc_cols + n0;
+      float* out = c_rows[i] + n0;
+      FinishHalf(c0[i], e, 0, prev, out);
+      FinishHalf(c1[i], e, 1, prev == nullptr ? nullptr : prev + kNr, out + kNr);
+    }
+  } else {
+    for (int i = 0; i < MR; ++i) {
+      Int32* row = acc + static_cast<Index>(i) * acc_cols;
+      _mm512_storeu_si512(row, c0[i]);
+      _mm512_storeu_si512(row + kNr, c1[i]);
+    }
   }
 }
 
-template <int MR>
+template <int MR, bool kEnd>
 JASPER_VNNI_TARGET JASPER_ALWAYS_INLINE void DpBusdAnyRows(int mr, const Int8* a, int ld, int cols,
                                                            const Int8* b0, const Int8* b1,
-                                                           bool first, Int32* acc, int acc_cols) {
+                                                           bool first, Int32* acc, int acc_cols,
+                                                           const VnniEnd& e, const float* acc_f,
+                                                           float* const* c_rows, int n0) {
   if constexpr (MR > 1) {
     if (mr < MR) {
-      DpBusdAnyRows<MR - 1>(mr, a, ld, cols, b0, b1, first, acc, acc_cols);
+      DpBusdAnyRows<MR - 1, kEnd>(mr, a, ld, cols, b0, b1, first, acc, acc_cols, e, acc_f, c_rows,
+                                  n0);
       return;
     }
   }
-  DpBusdRows<MR>(a, ld, cols, b0, b1, first, acc, acc_cols);
+  DpBusdRows<MR, kEnd>(a, ld, cols, b0, b1, first, acc, acc_cols, e, acc_f, c_rows, n0);
 }
 
 struct VnniKernel {
   static constexpr int kMr = 12;
+  static constexpr bool kFusedEnd = true;
   static void Begin() {}
   static void End() {}
   static JASPER_VNNI_TARGET void Gather(const Segment& seg, const SegmentGroups& g, int g0, int gc,
@@ -237,16 +309,46 @@ struct VnniKernel {
       return QuantizeRowAvx512(src, n, dst, inv, /*to_unsigned=*/true);
     });
   }
-  static JASPER_VNNI_TARGET void Block(const PackedSubBlock& p, const ChunkArgs& c) {
+  template <bool kEnd>
+  static JASPER_VNNI_TARGET void Panels(const PackedSubBlock& p, const ChunkArgs& c) {
     const int acc_cols = AccCols(p);
+    const int c_out = p.desc.out_channels;
+    VnniEnd e{};
+    const float* acc_f = nullptr;
+    if constexpr (kEnd) {
+      e.relu = p.desc.activation == Activation::kRelu;
+      acc_f = c.end->acc_f;
+    }
     for (int n0 = 0; n0 < acc_cols; n0 += 2 * kNr) {
       const Int8* b0 = p.b_int8.data() + (static_cast<Index>(n0 / kNr) * p.k_pad + c.kp0) * kNr;
       const Int8* b1 = b0 + static_cast<Index>(p.k_pad) * kNr;
+      if constexpr (kEnd) {
+        const Index at = static_cast<Index>(c.end->group) * acc_cols + n0;
+        for (int h = 0; h < 2; ++h) {
+          const int n = n0 + h * kNr;
+          e.sums128[h] = _mm512_maskz_slli_epi32(
+              kAll, _mm512_loadu_si512(p.b_int8_col_sums.data() + at + h * kNr), 7);
+          e.dq[h] = _mm512_loadu_ps(p.dequant.data() + at + h * kNr);
+          e.bias[h] = _mm512_loadu_ps(p.bias.data() + n);
+          const int valid = std::clamp(c_out - n, 0, kNr);
+          e.keep[h] = static_cast<__mmask16>((1u << valid) - 1u);
+        }
+      }
       for (int r0 = 0; r0 < c.rows; r0 += kMr) {
         const int mr = std::min(kMr, c.rows - r0);
-        DpBusdAnyRows<kMr>(mr, c.a + static_cast<Index>(r0) * c.ld, c.ld, c.cols, b0, b1, c.first,
-                           c.acc + static_cast<Index>(r0) * acc_cols + n0, acc_cols);
+        DpBusdAnyRows<kMr, kEnd>(
+            mr, c.a + static_cast<Index>(r0) * c.ld, c.ld, c.cols, b0, b1, c.first,
+            c.acc + static_cast<Index>(r0) * acc_cols + n0, acc_cols, e,
+            acc_f == nullptr ? nullptr : acc_f + static_cast<Index>(r0) * acc_cols,
+            kEnd ? c.end->c_rows + r0 : nullptr, n0);
       }
+    }
+  }
+  static JASPER_VNNI_TARGET void Block(const PackedSubBlock& p, const ChunkArgs& c) {
+    if (c.end != nullptr) {
+      Panels<true>(p, c);
+    } else {
+      Panels<false>(p, c);
     }
   }
   static JASPER_VNNI_TARGET void Dequant(const PackedSubBlock& p, int group, const Int32* acc_i,
@@ -274,6 +376,7 @@ struct AmxInt8Dot {
 };
 
 struct AmxInt8Kernel {
+  static constexpr bool kFusedEnd = false;
   static JASPER_AMX_TARGET void Begin() { LoadTileConfig(); }
   static JASPER_AMX_TARGET void End() { _tile_release(); }
 
