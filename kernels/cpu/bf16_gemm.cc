@@ -93,7 +93,8 @@ struct ChunkArgs {
   int cols;       // K of the chunk, a multiple of 32
   bool first;     // acc starts at zero
   int rows;
-  float* acc;  // [rows rounded to 32][AccCols]
+  float* acc;                        // [rows rounded to 32][AccCols]
+  float* const* end_rows = nullptr;  // the tile's last chunk, Kernel::kFusedEnd: its output rows
 };
 
 // Converts src[0, n) to BF16 at dst; returns how many elements it wrote (>= n; the extra ones
@@ -111,7 +112,12 @@ void GemmTileBf16Impl(const PackedSubBlock& p, const Segment* segments, int num_
   if (rows <= 0) return;
   const Scratch s = ScratchOf(p, scratch);
   Kernel::Begin();
+  int last_segment = -1;  // the last segment with columns: its last chunk ends the GEMM
+  for (int si = 0; si < num_segments; ++si) {
+    if (segments[si].k > 0) last_segment = si;
+  }
   bool first = true;
+  bool ended = false;  // the kernel stored the output rows itself (Kernel::kFusedEnd)
   for (int si = 0; si < num_segments; ++si) {
     const Segment& seg = segments[si];
     if (seg.k <= 0) continue;
@@ -121,16 +127,22 @@ void GemmTileBf16Impl(const PackedSubBlock& p, const Segment* segments, int num_
       const int gc = std::min(per_chunk, g.groups - g0);
       const int cols = gc * g.group_pad;
       Kernel::Gather(seg, g, g0, gc, rows, s.a, cols);
-      Kernel::Block(p, ChunkArgs{s.a, cols, g.k0_pad + g0 * g.group_pad, cols, first, rows, s.acc});
+      ChunkArgs chunk{s.a, cols, g.k0_pad + g0 * g.group_pad, cols, first, rows, s.acc};
+      if (Kernel::kFusedEnd && si == last_segment && g0 + per_chunk >= g.groups) {
+        chunk.end_rows = c_rows;
+        ended = true;
+      }
+      Kernel::Block(p, chunk);
       first = false;
     }
   }
   Kernel::End();
-  Kernel::Epilogue(p, s.acc, rows, c_rows);
+  if (!ended) Kernel::Epilogue(p, s.acc, rows, c_rows);
 }
 
 // Plain loops over the same buffers (no AMX): acc[r][n] += sum_k a[r][k] * B[kp0 + k][n].
 struct PortableKernel {
+  static constexpr bool kFusedEnd = false;
   static void Begin() {}
   static void End() {}
   static void Gather(const Segment& seg, const SegmentGroups& g, int g0, int gc, int rows, Bf16* a,
@@ -192,11 +204,33 @@ JASPER_AVX512BF16_TARGET int ConvertRowAvx512Bf16(const float* src, int n, Bf16*
 // (its [k / 2][16][2] panels are vdpbf16ps's operand layout), MR rows x 32 columns per call:
 // 2 * MR accumulators + 2 B vectors + 1 broadcast A pair (27 of the 32 registers for MR = 12),
 // 2 B loads and MR broadcasts per 2 * MR instructions of 32 multiply-adds each.
-template <int MR>
+// All 16 lanes: the maskz_ form of an unmasked intrinsic (the same instruction), because the
+// unmasked one's _mm512_undefined operand trips GCC 12's -Wmaybe-uninitialized when inlined.
+constexpr __mmask16 kAll = 0xffff;
+
+// The fused end's constants for one 32-column panel.
+struct Bf16End {
+  __m512 bias[2];
+  __mmask16 keep[2];  // columns < C_out
+  bool relu;
+};
+
+// One 16-column half of a finished row: out = act(sum + bias), columns past C_out left alone;
+// the same operations as EpilogueRows (ReLU as max(0, v) keeps a NaN and -0.0 like its
+// `v < 0 ? 0 : v`).
+JASPER_AVX512BF16_TARGET JASPER_ALWAYS_INLINE void FinishHalf(__m512 sum, const Bf16End& e, int h,
+                                                              float* out) {
+  __m512 v = _mm512_add_ps(sum, e.bias[h]);
+  if (e.relu) v = _mm512_maskz_max_ps(kAll, _mm512_setzero_ps(), v);
+  _mm512_mask_storeu_ps(out, e.keep[h], v);
+}
+
+template <int MR, bool kEnd>
 JASPER_AVX512BF16_TARGET JASPER_ALWAYS_INLINE void DpBf16Rows(const Bf16* a, int ld, int cols,
                                                               const Bf16* b0, const Bf16* b1,
-                                                              bool first, float* acc,
-                                                              int acc_cols) {
+                                                              bool first, float* acc, int acc_cols,
+                                                              const Bf16End& e,
+                                                              float* const* c_rows, int n0) {
   __m512 c0[MR], c1[MR];
   for (int i = 0; i < MR; ++i) {
     float* row = acc + static_cast<Index>(i) * acc_cols;
@@ -215,45 +249,75 @@ JASPER_AVX512BF16_TARGET JASPER_ALWAYS_INLINE void DpBf16Rows(const Bf16* a, int
       c1[i] = _mm512_dpbf16_ps(c1[i], x, w1);
     }
   }
-  for (int i = 0; i < MR; ++i) {
-    float* row = acc + static_cast<Index>(i) * acc_cols;
-    _mm512_storeu_ps(row, c0[i]);
-    _mm512_storeu_ps(row + kNr, c1[i]);
+  if constexpr (kEnd) {
+    // Unrolled like the loops above: an array indexed by a variable would live in memory, and
+    // GCC would store every accumulator on each step of the K loop.
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      float* out = c_rows[i] + n0;
+      FinishHalf(c0[i], e, 0, out);
+      FinishHalf(c1[i], e, 1, out + kNr);
+    }
+  } else {
+    for (int i = 0; i < MR; ++i) {
+      float* row = acc + static_cast<Index>(i) * acc_cols;
+      _mm512_storeu_ps(row, c0[i]);
+      _mm512_storeu_ps(row + kNr, c1[i]);
+    }
   }
 }
 
-template <int MR>
-JASPER_AVX512BF16_TARGET JASPER_ALWAYS_INLINE void DpBf16AnyRows(int mr, const Bf16* a, int ld,
-                                                                 int cols, const Bf16* b0,
-                                                                 const Bf16* b1, bool first,
-                                                                 float* acc, int acc_cols) {
+template <int MR, bool kEnd>
+JASPER_AVX512BF16_TARGET JASPER_ALWAYS_INLINE void DpBf16AnyRows(
+    int mr, const Bf16* a, int ld, int cols, const Bf16* b0, const Bf16* b1, bool first, float* acc,
+    int acc_cols, const Bf16End& e, float* const* c_rows, int n0) {
   if constexpr (MR > 1) {
     if (mr < MR) {
-      DpBf16AnyRows<MR - 1>(mr, a, ld, cols, b0, b1, first, acc, acc_cols);
+      DpBf16AnyRows<MR - 1, kEnd>(mr, a, ld, cols, b0, b1, first, acc, acc_cols, e, c_rows, n0);
       return;
     }
   }
-  DpBf16Rows<MR>(a, ld, cols, b0, b1, first, acc, acc_cols);
+  DpBf16Rows<MR, kEnd>(a, ld, cols, b0, b1, first, acc, acc_cols, e, c_rows, n0);
 }
 
 struct Avx512Bf16Kernel {
   static constexpr int kMr = 12;
+  static constexpr bool kFusedEnd = true;
   static void Begin() {}
   static void End() {}
   static JASPER_AVX512BF16_TARGET void Gather(const Segment& seg, const SegmentGroups& g, int g0,
                                               int gc, int rows, Bf16* a, int ld) {
     GatherGroups(seg, g, g0, gc, rows, a, ld, ConvertRowAvx512Bf16);
   }
-  static JASPER_AVX512BF16_TARGET void Block(const PackedSubBlock& p, const ChunkArgs& c) {
+  template <bool kEnd>
+  static JASPER_AVX512BF16_TARGET void Panels(const PackedSubBlock& p, const ChunkArgs& c) {
     const int acc_cols = AccCols(p);
+    const int c_out = p.desc.out_channels;
+    Bf16End e{};
+    if constexpr (kEnd) e.relu = p.desc.activation == Activation::kRelu;
     for (int n0 = 0; n0 < acc_cols; n0 += 2 * kNr) {
       const Bf16* b0 = p.b_bf16.data() + (static_cast<Index>(n0 / kNr) * p.k_pad + c.kp0) * kNr;
       const Bf16* b1 = b0 + static_cast<Index>(p.k_pad) * kNr;
+      if constexpr (kEnd) {
+        for (int h = 0; h < 2; ++h) {
+          const int n = n0 + h * kNr;
+          e.bias[h] = _mm512_loadu_ps(p.bias.data() + n);  // padded to AccCols with zeros
+          e.keep[h] = static_cast<__mmask16>((1u << std::clamp(c_out - n, 0, kNr)) - 1u);
+        }
+      }
       for (int r0 = 0; r0 < c.rows; r0 += kMr) {
         const int mr = std::min(kMr, c.rows - r0);
-        DpBf16AnyRows<kMr>(mr, c.a + static_cast<Index>(r0) * c.ld, c.ld, c.cols, b0, b1, c.first,
-                           c.acc + static_cast<Index>(r0) * acc_cols + n0, acc_cols);
+        DpBf16AnyRows<kMr, kEnd>(mr, c.a + static_cast<Index>(r0) * c.ld, c.ld, c.cols, b0, b1,
+                                 c.first, c.acc + static_cast<Index>(r0) * acc_cols + n0, acc_cols,
+                                 e, kEnd ? c.end_rows + r0 : nullptr, n0);
       }
+    }
+  }
+  static JASPER_AVX512BF16_TARGET void Block(const PackedSubBlock& p, const ChunkArgs& c) {
+    if (c.end_rows != nullptr) {
+      Panels<true>(p, c);
+    } else {
+      Panels<false>(p, c);
     }
   }
   static JASPER_AVX512BF16_TARGET void Epilogue(const PackedSubBlock& p, const float* acc, int rows,
@@ -281,6 +345,7 @@ struct AmxBf16Dot {
 };
 
 struct AmxKernel {
+  static constexpr bool kFusedEnd = false;
   static JASPER_AMX_TARGET void Begin() { LoadTileConfig(); }
   static JASPER_AMX_TARGET void End() { _tile_release(); }
 

@@ -18,8 +18,10 @@
 //
 // Without AMX-INT8, a CPU with AVX-512 VNNI runs vpdpbusd instead (12 rows x 32 columns per
 // call); vpdpbusd multiplies unsigned by signed bytes, so that kernel gathers A as q + 128 and
-// subtracts 128 x the column sums of the quantized weights when it dequantizes. Below that, plain
-// loops compute the same INT32 sums: every path gives the same bits.
+// subtracts 128 x the column sums of the quantized weights when it dequantizes; its tile's last
+// chunk dequantizes, adds the earlier groups' FP32 sums and the bias, applies the activation and
+// stores the output rows straight from its registers (FusedEnd), with no accumulator buffer in
+// between. Below that, plain loops compute the same INT32 sums.
 #include <immintrin.h>
 
 #include <algorithm>
