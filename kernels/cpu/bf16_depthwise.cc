@@ -7,8 +7,9 @@
 //      the packed weights' pair p ([cb][p][16][2], a tap past K zero). vcvtne2ps2bf16 converts
 //      the two rows, vpermw interleaves them;
 //   2. per run of up to 12 frames, vdpbf16ps sums the pairs in FP32 (one accumulator per frame,
-//      the weight pair loaded once per pair, the rows as memory operands), and the sums are the
-//      FP32 output rows out[t][C_in] that the BF16 GEMM reads as A_main (rounding them to BF16).
+//      the weight pair loaded once per pair, the rows as memory operands), and the sums, rounded
+//      to BF16, are written straight into the BF16 GEMM's A rows (GemmBf16AStage), the values
+//      its gather would have made of FP32 output rows.
 // Without AVX-512 BF16 at the active level (kernels::ActiveCpuIsa() capped), plain loops compute
 // the same sums in vdpbf16ps's order (odd element of a pair first): the same values but for
 // denormals, which vdpbf16ps flushes to zero.
@@ -62,8 +63,8 @@ struct BlockArgs {
   int pairs_per_tap;    // Pairs(K)
   Bf16* pairs;          // scratch [pair_rows][16][2]
   int valid;            // channels of this block that exist (<= 16)
-  float* out;           // frame 0, this block's first channel
-  Index out_stride;     // floats between frames
+  Bf16* out;            // A row of frame 0, this block's first channel
+  Index out_stride;     // BF16 values between frames
 };
 
 // GCC 12.2 at -O3 vectorizes the sum loop below wrongly (its outer-loop vectorization of the
@@ -98,8 +99,9 @@ JASPER_NO_LOOP_VECTORIZE void BlockPortable(const BlockArgs& a, int frames) {
         acc += FromBf16(x[1]) * FromBf16(w[1]);
         acc += FromBf16(x[0]) * FromBf16(w[0]);
       }
-      a.out[f * a.out_stride + c] = acc;
+      a.out[f * a.out_stride + c] = ToBf16(acc);
     }
+    for (int c = a.valid; c < kBlock; ++c) a.out[f * a.out_stride + c] = 0;
   }
 }
 
@@ -125,7 +127,7 @@ JASPER_DW_BF16_TARGET void BuildPairs(const BlockArgs& a) {
 
 template <int F>
 JASPER_DW_BF16_TARGET JASPER_ALWAYS_INLINE void FramesBf16(const BlockArgs& a, const Bf16* x,
-                                                           float* out) {
+                                                           Bf16* out) {
   __m512 acc[F];
   for (int f = 0; f < F; ++f) acc[f] = _mm512_setzero_ps();
   const Index frame_step = static_cast<Index>(a.stride) * kPairBf16;
@@ -137,13 +139,17 @@ JASPER_DW_BF16_TARGET JASPER_ALWAYS_INLINE void FramesBf16(const BlockArgs& a, c
       acc[f] = _mm512_dpbf16_ps(acc[f], (__m512bh)_mm512_loadu_si512(x + f * frame_step), wq);
     }
   }
+  // The GEMM's A: vcvtneps2bf16 rounds as its gather would; channels past C_in stored as zero.
   const __mmask16 m = static_cast<__mmask16>((1u << a.valid) - 1u);
-  for (int f = 0; f < F; ++f) _mm512_mask_storeu_ps(out + f * a.out_stride, m, acc[f]);
+  for (int f = 0; f < F; ++f) {
+    const __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_mov_ps(m, acc[f]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + f * a.out_stride), h);
+  }
 }
 
 template <int F>
 JASPER_DW_BF16_TARGET JASPER_ALWAYS_INLINE void AnyFramesBf16(const BlockArgs& a, int frames,
-                                                              const Bf16* x, float* out) {
+                                                              const Bf16* x, Bf16* out) {
   if constexpr (F > 1) {
     if (frames < F) {
       AnyFramesBf16<F - 1>(a, frames, x, out);
@@ -187,7 +193,7 @@ void PackBf16Depthwise(const float* depthwise, PackedSubBlock* p) {
 }
 
 void DepthwiseBf16Tile(const PackedSubBlock& p, const float* window, Index block_stride, int frames,
-                       std::uint8_t* scratch, float* out) {
+                       std::uint8_t* scratch, const Bf16AStage& out) {
   const SubBlockDesc& d = p.desc;
   const int channels = d.in_channels;
   const int pairs = Pairs(d.kernel_size);
@@ -205,8 +211,8 @@ void DepthwiseBf16Tile(const PackedSubBlock& p, const float* window, Index block
     a.pairs_per_tap = pairs;
     a.pairs = reinterpret_cast<Bf16*>(scratch);
     a.valid = std::min(kBlock, channels - cb * kBlock);
-    a.out = out + cb * kBlock;
-    a.out_stride = channels;
+    a.out = out.a + cb * kBlock;
+    a.out_stride = out.ld;
 #if JASPER_X86_DISPATCH
     if (hardware) {
       BlockAvx512Bf16(a, frames);
@@ -214,6 +220,12 @@ void DepthwiseBf16Tile(const PackedSubBlock& p, const float* window, Index block
     }
 #endif
     BlockPortable(a, frames);
+  }
+  const Index written = static_cast<Index>(ChannelBlocks(channels)) * kBlock;  // <= out.ld
+  if (written < out.ld) {
+    for (int f = 0; f < frames; ++f) {
+      std::fill(out.a + f * out.ld + written, out.a + (f + 1) * out.ld, Bf16{0});
+    }
   }
 }
 

@@ -126,7 +126,8 @@ void GemmTileBf16Impl(const PackedSubBlock& p, const Segment* segments, int num_
     for (int g0 = 0; g0 < g.groups; g0 += per_chunk) {
       const int gc = std::min(per_chunk, g.groups - g0);
       const int cols = gc * g.group_pad;
-      Kernel::Gather(seg, g, g0, gc, rows, s.a, cols);
+      // rows == nullptr: the caller wrote this (one-group) segment's A already (GemmBf16AStage).
+      if (seg.rows != nullptr) Kernel::Gather(seg, g, g0, gc, rows, s.a, cols);
       ChunkArgs chunk{s.a, cols, g.k0_pad + g0 * g.group_pad, cols, first, rows, s.acc};
       if (Kernel::kFusedEnd && si == last_segment && g0 + per_chunk >= g.groups) {
         chunk.end_rows = c_rows;
@@ -200,10 +201,6 @@ JASPER_AVX512BF16_TARGET int ConvertRowAvx512Bf16(const float* src, int n, Bf16*
   return c;
 }
 
-// AVX-512 BF16 without AMX (e.g. AMD Zen 4, Intel Cooper Lake): vdpbf16ps on the same packed B
-// (its [k / 2][16][2] panels are vdpbf16ps's operand layout), MR rows x 32 columns per call:
-// 2 * MR accumulators + 2 B vectors + 1 broadcast A pair (27 of the 32 registers for MR = 12),
-// 2 B loads and MR broadcasts per 2 * MR instructions of 32 multiply-adds each.
 // All 16 lanes: the maskz_ form of an unmasked intrinsic (the same instruction), because the
 // unmasked one's _mm512_undefined operand trips GCC 12's -Wmaybe-uninitialized when inlined.
 constexpr __mmask16 kAll = 0xffff;
@@ -225,6 +222,10 @@ JASPER_AVX512BF16_TARGET JASPER_ALWAYS_INLINE void FinishHalf(__m512 sum, const 
   _mm512_mask_storeu_ps(out, e.keep[h], v);
 }
 
+// AVX-512 BF16 without AMX (e.g. AMD Zen 4, Intel Cooper Lake): vdpbf16ps on the same packed B
+// (its [k / 2][16][2] panels are vdpbf16ps's operand layout), MR rows x 32 columns per call:
+// 2 * MR accumulators + 2 B vectors + 1 broadcast A pair (27 of the 32 registers for MR = 12),
+// 2 B loads and MR broadcasts per 2 * MR instructions of 32 multiply-adds each.
 template <int MR, bool kEnd>
 JASPER_AVX512BF16_TARGET JASPER_ALWAYS_INLINE void DpBf16Rows(const Bf16* a, int ld, int cols,
                                                               const Bf16* b0, const Bf16* b1,
@@ -380,6 +381,10 @@ GemmTileFn GemmTileBf16() {
   if (isa == CpuIsa::kAvx512 && GetCpuFeatures().avx512_bf16) return GemmTileBf16Avx512;
 #endif
   return GemmTileBf16Portable;
+}
+
+Bf16AStage GemmBf16AStage(const PackedSubBlock& p, float* scratch) {
+  return Bf16AStage{ScratchOf(p, scratch).a, p.c_in_pad};
 }
 
 std::size_t GemmBf16ScratchFloats(const PackedSubBlock& p) {

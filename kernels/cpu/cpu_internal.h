@@ -166,13 +166,26 @@ std::size_t Int8DepthwiseScratchBytes(const SubBlockDesc& desc);
 // depthwise input's activation scale (finite, > 0).
 void PackInt8Depthwise(const float* depthwise, float input_scale, PackedSubBlock* p);
 
+// Where the BF16 GEMM of a separable p takes its A for W_main: row r of the tile at a + r * ld
+// (ld = p.c_in_pad BF16 values; columns past C_in zero). A caller that writes those rows itself
+// passes W_main's segment with rows == nullptr, and the GEMM does not gather it. They lie in the
+// GEMM's scratch (`scratch` as given to it), which every BF16 GEMM kernel (AMX, vdpbf16ps,
+// portable) reads alike; the GEMM overwrites them when it gathers the residual branches.
+struct Bf16AStage {
+  std::uint16_t* a = nullptr;
+  Index ld = 0;
+};
+Bf16AStage GemmBf16AStage(const PackedSubBlock& p, float* scratch);
+
 // The BF16 depthwise stage of a kBf16 separable sub-block packed with bf16_depthwise
-// (bf16_depthwise.cc): out[frames, C_in] FP32 (row stride C_in) from the channel-blocked staged
-// window (block_stride floats per block; WindowRows(p.desc, frames) + dilation rows staged, the
-// last for an odd K's zero tap) and p.depthwise_bf16; vdpbf16ps where the active level has AVX-512
-// BF16, else plain loops. `scratch` holds Bf16DepthwisePairBytes(p.desc) bytes.
+// (bf16_depthwise.cc): from the channel-blocked staged window (block_stride floats per block;
+// WindowRows(p.desc, frames) + dilation rows staged, the last for an odd K's zero tap) and
+// p.depthwise_bf16, the GEMM's A rows out.a + f * out.ld (frames f < frames), rounded to BF16 as
+// the GEMM's own gather would round the FP32 sums (round to nearest even), columns [C_in, ld)
+// zero; vdpbf16ps where the active level has AVX-512 BF16, else plain loops.
+// `scratch` holds Bf16DepthwisePairBytes(p.desc) bytes.
 void DepthwiseBf16Tile(const PackedSubBlock& p, const float* window, Index block_stride, int frames,
-                       std::uint8_t* scratch, float* out);
+                       std::uint8_t* scratch, const Bf16AStage& out);
 std::size_t Bf16DepthwisePairBytes(const SubBlockDesc& desc);
 // Packs p->depthwise_bf16 and sets p->bf16_depthwise.
 void PackBf16Depthwise(const float* depthwise, PackedSubBlock* p);

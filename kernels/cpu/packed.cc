@@ -277,8 +277,12 @@ Layout LayoutFor(const PackedSubBlock& p) {
     // The BF16 depthwise reads `dilation` rows past the window (an odd K's zero tap).
     l.block_stride =
         (WindowRows(d, kTileRows) + (p.bf16_depthwise ? d.dilation : 0)) * kChannelBlock;
-    l.dw_out = at;  // INT8 writes the GEMM's A itself (GemmInt8AStage): no FP32 output
-    if (p.precision != Precision::kInt8) at = RoundToLine(at + tile * d.in_channels);
+    // INT8 and the BF16 depthwise write the GEMM's A themselves (GemmInt8AStage,
+    // GemmBf16AStage): no FP32 output.
+    l.dw_out = at;
+    if (p.precision != Precision::kInt8 && !p.bf16_depthwise) {
+      at = RoundToLine(at + tile * d.in_channels);
+    }
     l.window = at;  // FP32: the channel-blocked window; INT8: the depthwise's byte scratch
     Index window = l.block_stride * ChannelBlocks(d.in_channels);
     if (p.precision == Precision::kInt8) {
@@ -423,9 +427,14 @@ void FusedSubBlockCpuPackedPart(const PackedSubBlock& p, const float* x,
   const cpu_internal::Int8AStage int8_a = desc.separable && int8
                                               ? cpu_internal::GemmInt8AStage(p, gemm_scratch)
                                               : cpu_internal::Int8AStage{};
+  // BF16 with the BF16 depthwise: the same, in BF16.
+  const cpu_internal::Bf16AStage bf16_a = desc.separable && p.bf16_depthwise
+                                              ? cpu_internal::GemmBf16AStage(p, gemm_scratch)
+                                              : cpu_internal::Bf16AStage{};
+  const bool staged_a = int8_a.a != nullptr || bf16_a.a != nullptr;
   for (int s = 0; s < main_segments; ++s) {
     if (main_segments == 1) {
-      segments[s] = {int8_a.a != nullptr ? nullptr : a_rows, 0, p.k_main, 0};
+      segments[s] = {staged_a ? nullptr : a_rows, 0, p.k_main, 0};
     } else {
       segments[s] = {a_rows, static_cast<Index>(s) * desc.dilation * c_in, c_in, s * c_in};
     }
@@ -499,20 +508,22 @@ void FusedSubBlockCpuPackedPart(const PackedSubBlock& p, const float* x,
           cpu_internal::DepthwiseInt8Tile(p, xb, in_len, first, frames,
                                           reinterpret_cast<std::uint8_t*>(window), rows);
         } else {
-          float* dw_out = ws + layout.dw_out + static_cast<Index>(tile_rows) * c_in;
           const Index extra = p.bf16_depthwise ? desc.dilation : 0;  // an odd K's zero tap
           StageRowsBlocked(xb, in_len, first, WindowRows(desc, frames) + extra, c_in,
                            layout.block_stride, window);
           if (p.bf16_depthwise) {
+            cpu_internal::Bf16AStage rows = bf16_a;
+            rows.a += static_cast<Index>(tile_rows) * rows.ld;
             cpu_internal::DepthwiseBf16Tile(p, window, layout.block_stride, frames,
                                             reinterpret_cast<std::uint8_t*>(ws + layout.pairs),
-                                            dw_out);
+                                            rows);
           } else {
+            float* dw_out = ws + layout.dw_out + static_cast<Index>(tile_rows) * c_in;
             depthwise(window, layout.block_stride, stride, desc.dilation, p.depthwise.data(),
                       desc.kernel_size, c_in, frames, dw_out);
+            for (int f = 0; f < frames; ++f)
+              a_rows[tile_rows + f] = dw_out + static_cast<Index>(f) * c_in;
           }
-          for (int f = 0; f < frames; ++f)
-            a_rows[tile_rows + f] = dw_out + static_cast<Index>(f) * c_in;
         }
       } else if (pointwise) {
         for (int f = 0; f < frames; ++f) {
