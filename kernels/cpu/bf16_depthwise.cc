@@ -1,8 +1,10 @@
 // The BF16 depthwise stage of a kBf16 separable sub-block packed with bf16_depthwise (sub_block.h;
 // PackSubBlock sets it where kernels::Bf16DepthwiseFasterThanFp32(): vdpbf16ps on AMD's AVX-512
 // BF16, which does twice an FMA's multiply-adds per cycle). Per channel block of 16 and tile:
-//   1. the block's pair rows: pairs[r][16][2] = BF16 (round to nearest even) of the staged
-//      window's rows r and r + d (d = dilation), channel-major, so that output frame t's taps
+//   1. the block's pair rows: pairs[r][16][2] = BF16 (round to nearest even) of the window's
+//      rows r and r + d (d = dilation), read straight from the input (rows outside the
+//      utterance, the conv's padding, and channels past C_in as zeros; no staged FP32 copy),
+//      channel-major, so that output frame t's taps
 //      2p and 2p + 1 are the 64 bytes at row t * stride + 2p * d: one vdpbf16ps operand against
 //      the packed weights' pair p ([cb][p][16][2], a tap past K zero). vcvtne2ps2bf16 converts
 //      the two rows, vpermw interleaves them;
@@ -55,8 +57,11 @@ float FromBf16(Bf16 h) {
 
 // One block's work for one tile.
 struct BlockArgs {
-  const float* window;  // this block's staged rows [pair_rows + d][16]
-  Index pair_rows;      // rows of `pairs` to build
+  const float* x;   // the utterance's input [in_len, C_in] at this block's first channel
+  Index c_in;       // floats between input rows
+  int in_len;       // valid input rows (others read as zero)
+  Index first;      // input row of pair row 0 (may be < 0)
+  Index pair_rows;  // rows of `pairs` to build
   int dilation;
   int stride;
   const Bf16* weights;  // this block's [pairs][16][2]
@@ -66,6 +71,13 @@ struct BlockArgs {
   Bf16* out;            // A row of frame 0, this block's first channel
   Index out_stride;     // BF16 values between frames
 };
+
+// Input row `first + r` of the block, or nullptr where it lies outside [0, in_len) (a zero row:
+// the conv's padding, or frames past the utterance's length).
+inline const float* InputRow(const BlockArgs& a, Index r) {
+  const Index row = a.first + r;
+  return row >= 0 && row < a.in_len ? a.x + row * a.c_in : nullptr;
+}
 
 // GCC 12.2 at -O3 vectorizes the sum loop below wrongly (its outer-loop vectorization of the
 // strided pairs: sums off by whole terms; a standalone copy of the loop shows it, and -O2 or
@@ -79,11 +91,12 @@ struct BlockArgs {
 
 JASPER_NO_LOOP_VECTORIZE void BlockPortable(const BlockArgs& a, int frames) {
   for (Index r = 0; r < a.pair_rows; ++r) {
-    const float* x0 = a.window + r * kBlock;
-    const float* x1 = x0 + static_cast<Index>(a.dilation) * kBlock;
+    const float* x0 = InputRow(a, r);
+    const float* x1 = InputRow(a, r + a.dilation);
     for (int c = 0; c < kBlock; ++c) {
-      a.pairs[r * kPairBf16 + 2 * c] = ToBf16(x0[c]);
-      a.pairs[r * kPairBf16 + 2 * c + 1] = ToBf16(x1[c]);
+      const bool in = c < a.valid;
+      a.pairs[r * kPairBf16 + 2 * c] = in && x0 != nullptr ? ToBf16(x0[c]) : Bf16{0};
+      a.pairs[r * kPairBf16 + 2 * c + 1] = in && x1 != nullptr ? ToBf16(x1[c]) : Bf16{0};
     }
   }
   for (int f = 0; f < frames; ++f) {
@@ -109,6 +122,13 @@ JASPER_NO_LOOP_VECTORIZE void BlockPortable(const BlockArgs& a, int frames) {
 #define JASPER_DW_BF16_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")))
 
+// Row r of the block, zero outside the input or past C_in.
+JASPER_DW_BF16_TARGET JASPER_ALWAYS_INLINE __m512 LoadRow(const BlockArgs& a, Index r,
+                                                          __mmask16 m) {
+  const float* x = InputRow(a, r);
+  return x == nullptr ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, x);
+}
+
 // Step 1: vcvtne2ps2bf16 puts row r's 16 values in the low half, row r + d's in the high half;
 // vpermw interleaves them into [16][2].
 JASPER_DW_BF16_TARGET void BuildPairs(const BlockArgs& a) {
@@ -116,11 +136,20 @@ JASPER_DW_BF16_TARGET void BuildPairs(const BlockArgs& a) {
       0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i order = _mm512_load_si512(kInterleave);
-  const Index step = static_cast<Index>(a.dilation) * kBlock;
+  const __mmask16 m = static_cast<__mmask16>((1u << a.valid) - 1u);
+  // Rows of the conv's interior (all of r and r + d inside the input) need no checks.
+  const Index lo = std::max<Index>(0, -a.first);
+  const Index hi = std::min<Index>(a.pair_rows, a.in_len - a.first - a.dilation);
+  const Index step = static_cast<Index>(a.dilation) * a.c_in;
   for (Index r = 0; r < a.pair_rows; ++r) {
-    const float* x0 = a.window + r * kBlock;
-    const __m512i both =
-        (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x0 + step), _mm512_loadu_ps(x0));
+    __m512i both;
+    if (r >= lo && r < hi) {
+      const float* x0 = a.x + (a.first + r) * a.c_in;
+      both = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m, x0 + step),
+                                          _mm512_maskz_loadu_ps(m, x0));
+    } else {
+      both = (__m512i)_mm512_cvtne2ps_pbh(LoadRow(a, r + a.dilation, m), LoadRow(a, r, m));
+    }
     _mm512_storeu_si512(a.pairs + r * kPairBf16, _mm512_permutexvar_epi16(order, both));
   }
 }
@@ -192,8 +221,8 @@ void PackBf16Depthwise(const float* depthwise, PackedSubBlock* p) {
   p->bf16_depthwise = true;
 }
 
-void DepthwiseBf16Tile(const PackedSubBlock& p, const float* window, Index block_stride, int frames,
-                       std::uint8_t* scratch, const Bf16AStage& out) {
+void DepthwiseBf16Tile(const PackedSubBlock& p, const float* xb, int in_len, Index first,
+                       int frames, std::uint8_t* scratch, const Bf16AStage& out) {
   const SubBlockDesc& d = p.desc;
   const int channels = d.in_channels;
   const int pairs = Pairs(d.kernel_size);
@@ -201,7 +230,10 @@ void DepthwiseBf16Tile(const PackedSubBlock& p, const float* window, Index block
       ActiveCpuIsa() >= CpuIsa::kAvx512 && GetCpuFeatures().avx512_bf16;
   for (int cb = 0; cb < ChannelBlocks(channels); ++cb) {
     BlockArgs a;
-    a.window = window + static_cast<Index>(cb) * block_stride;
+    a.x = xb + cb * kBlock;
+    a.c_in = channels;
+    a.in_len = in_len;
+    a.first = first;
     // Pair rows read by the last frame's last pair: (frames - 1) * stride + 2 (pairs - 1) * d.
     a.pair_rows = static_cast<Index>(frames - 1) * d.stride +
                   static_cast<Index>(2) * (pairs - 1) * d.dilation + 1;

@@ -178,14 +178,14 @@ struct Bf16AStage {
 Bf16AStage GemmBf16AStage(const PackedSubBlock& p, float* scratch);
 
 // The BF16 depthwise stage of a kBf16 separable sub-block packed with bf16_depthwise
-// (bf16_depthwise.cc): from the channel-blocked staged window (block_stride floats per block;
-// WindowRows(p.desc, frames) + dilation rows staged, the last for an odd K's zero tap) and
-// p.depthwise_bf16, the GEMM's A rows out.a + f * out.ld (frames f < frames), rounded to BF16 as
-// the GEMM's own gather would round the FP32 sums (round to nearest even), columns [C_in, ld)
-// zero; vdpbf16ps where the active level has AVX-512 BF16, else plain loops.
-// `scratch` holds Bf16DepthwisePairBytes(p.desc) bytes.
-void DepthwiseBf16Tile(const PackedSubBlock& p, const float* window, Index block_stride, int frames,
-                       std::uint8_t* scratch, const Bf16AStage& out);
+// (bf16_depthwise.cc): input rows [first, first + WindowRows(p.desc, frames) + dilation) of one
+// utterance (xb [in_len valid rows, C_in]; rows outside them read as zero; the last `dilation`
+// rows feed only an odd K's zero tap), convolved with p.depthwise_bf16, into the GEMM's A rows
+// out.a + f * out.ld (frames f < frames), rounded to BF16 as the GEMM's own gather would round
+// the FP32 sums (round to nearest even), columns [C_in, ld) zero; vdpbf16ps where the active
+// level has AVX-512 BF16, else plain loops. `scratch` holds Bf16DepthwisePairBytes(p.desc) bytes.
+void DepthwiseBf16Tile(const PackedSubBlock& p, const float* xb, int in_len, Index first,
+                       int frames, std::uint8_t* scratch, const Bf16AStage& out);
 std::size_t Bf16DepthwisePairBytes(const SubBlockDesc& desc);
 // Packs p->depthwise_bf16 and sets p->bf16_depthwise.
 void PackBf16Depthwise(const float* depthwise, PackedSubBlock* p);

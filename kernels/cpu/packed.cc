@@ -253,7 +253,6 @@ struct Layout {
   Index block_stride = 0;  // separable: floats per channel block of the staged window
   Index dw_out = 0;        // separable: [tile, C_in] depthwise output
   Index window = 0;        // separable: [C_in/16][rows][16]; dense K>1: [rows, C_in]
-  Index pairs = 0;         // separable with bf16_depthwise: the BF16 depthwise's pair rows
   Index zero_row = 0;      // dense 1x1: C_in zeros
   Index a_rows = 0;        // [tile] const float*: A_main row pointers
   Index c_rows = 0;        // [tile] float*: output row pointers
@@ -274,25 +273,23 @@ Layout LayoutFor(const PackedSubBlock& p) {
   Layout l;
   Index at = 0;
   if (d.separable) {
-    // The BF16 depthwise reads `dilation` rows past the window (an odd K's zero tap).
-    l.block_stride =
-        (WindowRows(d, kTileRows) + (p.bf16_depthwise ? d.dilation : 0)) * kChannelBlock;
+    l.block_stride = WindowRows(d, kTileRows) * kChannelBlock;
     // INT8 and the BF16 depthwise write the GEMM's A themselves (GemmInt8AStage,
     // GemmBf16AStage): no FP32 output.
     l.dw_out = at;
     if (p.precision != Precision::kInt8 && !p.bf16_depthwise) {
       at = RoundToLine(at + tile * d.in_channels);
     }
-    l.window = at;  // FP32: the channel-blocked window; INT8: the depthwise's byte scratch
+    // FP32: the channel-blocked window; INT8: the depthwise's byte scratch; the BF16
+    // depthwise: its pair rows (it reads the input rows in place).
+    l.window = at;
     Index window = l.block_stride * ChannelBlocks(d.in_channels);
     if (p.precision == Precision::kInt8) {
       window = FloatsFor(cpu_internal::Int8DepthwiseScratchBytes(d));
+    } else if (p.bf16_depthwise) {
+      window = FloatsFor(cpu_internal::Bf16DepthwisePairBytes(d));
     }
     at = RoundToLine(at + window);
-    if (p.bf16_depthwise) {
-      l.pairs = at;
-      at = RoundToLine(at + FloatsFor(cpu_internal::Bf16DepthwisePairBytes(d)));
-    }
   } else if (IsPointwiseDense(d)) {
     l.zero_row = at;
     at = RoundToLine(at + d.in_channels);
@@ -507,23 +504,19 @@ void FusedSubBlockCpuPackedPart(const PackedSubBlock& p, const float* x,
           rows.a += static_cast<Index>(tile_rows) * rows.ld;
           cpu_internal::DepthwiseInt8Tile(p, xb, in_len, first, frames,
                                           reinterpret_cast<std::uint8_t*>(window), rows);
+        } else if (p.bf16_depthwise) {
+          cpu_internal::Bf16AStage rows = bf16_a;
+          rows.a += static_cast<Index>(tile_rows) * rows.ld;
+          cpu_internal::DepthwiseBf16Tile(p, xb, in_len, first, frames,
+                                          reinterpret_cast<std::uint8_t*>(window), rows);
         } else {
-          const Index extra = p.bf16_depthwise ? desc.dilation : 0;  // an odd K's zero tap
-          StageRowsBlocked(xb, in_len, first, WindowRows(desc, frames) + extra, c_in,
-                           layout.block_stride, window);
-          if (p.bf16_depthwise) {
-            cpu_internal::Bf16AStage rows = bf16_a;
-            rows.a += static_cast<Index>(tile_rows) * rows.ld;
-            cpu_internal::DepthwiseBf16Tile(p, window, layout.block_stride, frames,
-                                            reinterpret_cast<std::uint8_t*>(ws + layout.pairs),
-                                            rows);
-          } else {
-            float* dw_out = ws + layout.dw_out + static_cast<Index>(tile_rows) * c_in;
-            depthwise(window, layout.block_stride, stride, desc.dilation, p.depthwise.data(),
-                      desc.kernel_size, c_in, frames, dw_out);
-            for (int f = 0; f < frames; ++f)
-              a_rows[tile_rows + f] = dw_out + static_cast<Index>(f) * c_in;
-          }
+          StageRowsBlocked(xb, in_len, first, WindowRows(desc, frames), c_in, layout.block_stride,
+                           window);
+          float* dw_out = ws + layout.dw_out + static_cast<Index>(tile_rows) * c_in;
+          depthwise(window, layout.block_stride, stride, desc.dilation, p.depthwise.data(),
+                    desc.kernel_size, c_in, frames, dw_out);
+          for (int f = 0; f < frames; ++f)
+            a_rows[tile_rows + f] = dw_out + static_cast<Index>(f) * c_in;
         }
       } else if (pointwise) {
         for (int f = 0; f < frames; ++f) {
