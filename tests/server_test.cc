@@ -685,6 +685,12 @@ TEST(ServerShutdownTest, NewCallsUnavailableOpenStreamsGetFinals) {
   // Wait until the audio is being recognized (an interim result), without half-closing.
   pb::StreamingRecognizeResponse response;
   ASSERT_TRUE(stream->Read(&response));
+  // An admitted call of the test's own keeps the drain open (Shutdown waits for it, up to the
+  // grace) while the new call below is made: without it, the open stream's finals end the last
+  // call within milliseconds, gRPC's own shutdown begins, and a new call racing it is CANCELLED
+  // by gRPC rather than refused by the engine (seen in CI).
+  auto hold = server.server()->engine()->Admit(nullptr);
+  ASSERT_TRUE(hold.ok()) << hold.status();
 
   std::thread shutdown([&] { server.server()->Shutdown(); });
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5 * kSlowdown);
@@ -698,6 +704,7 @@ TEST(ServerShutdownTest, NewCallsUnavailableOpenStreamsGetFinals) {
             server.asr(), JasperRequests(TestWav()));
     EXPECT_EQ(out.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   }
+  hold->reset();  // lets the shutdown go on
   bool got_final = false;
   while (stream->Read(&response)) {
     got_final |= response.results_size() > 0 && response.results(0).is_final();
