@@ -18,9 +18,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/tile_gemm.h"
 #include "kernels/cpu_features.h"
 #include "kernels/sub_block.h"
 
@@ -38,22 +38,6 @@ constexpr int kPairBf16 = 2 * kBlock;  // one pair row of a block: [16][2] BF16,
 constexpr int kMaxFrames = 12;         // accumulators per run
 
 int Pairs(int taps) { return (taps + 1) / 2; }
-
-// FP32 -> BF16, round to nearest even (vcvtne2ps2bf16's rounding; NaN stays a quiet NaN).
-Bf16 ToBf16(float f) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<Bf16>((bits >> 16) | 0x40u);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<Bf16>(bits >> 16);
-}
-
-float FromBf16(Bf16 h) {
-  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
 
 // One block's work for one tile.
 struct BlockArgs {

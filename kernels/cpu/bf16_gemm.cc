@@ -40,22 +40,6 @@ constexpr int kChunkCols = 1024;  // K columns of A gathered per chunk (512 KB f
 
 using Bf16 = std::uint16_t;
 
-// FP32 -> BF16, round to nearest even (vcvtneps2bf16's rounding; NaN stays a quiet NaN).
-Bf16 ToBf16(float f) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<Bf16>((bits >> 16) | 0x40u);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<Bf16>(bits >> 16);
-}
-
-float FromBf16(Bf16 h) {
-  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
 // Workspace regions of the GEMM scratch: the gathered A chunk, then the accumulators.
 struct Scratch {
   Bf16* a = nullptr;     // [kTileRows rounded to 32][chunk columns]
@@ -112,10 +96,7 @@ void GemmTileBf16Impl(const PackedSubBlock& p, const Segment* segments, int num_
   if (rows <= 0) return;
   const Scratch s = ScratchOf(p, scratch);
   Kernel::Begin();
-  int last_segment = -1;  // the last segment with columns: its last chunk ends the GEMM
-  for (int si = 0; si < num_segments; ++si) {
-    if (segments[si].k > 0) last_segment = si;
-  }
+  const int last_segment = LastSegmentWithColumns(segments, num_segments);
   bool first = true;
   bool ended = false;  // the kernel stored the output rows itself (Kernel::kFusedEnd)
   for (int si = 0; si < num_segments; ++si) {
@@ -201,27 +182,6 @@ JASPER_AVX512BF16_TARGET int ConvertRowAvx512Bf16(const float* src, int n, Bf16*
   return c;
 }
 
-// All 16 lanes: the maskz_ form of an unmasked intrinsic (the same instruction), because the
-// unmasked one's _mm512_undefined operand trips GCC 12's -Wmaybe-uninitialized when inlined.
-constexpr __mmask16 kAll = 0xffff;
-
-// The fused end's constants for one 32-column panel.
-struct Bf16End {
-  __m512 bias[2];
-  __mmask16 keep[2];  // columns < C_out
-  bool relu;
-};
-
-// One 16-column half of a finished row: out = act(sum + bias), columns past C_out left alone;
-// the same operations as EpilogueRows (ReLU as max(0, v) keeps a NaN and -0.0 like its
-// `v < 0 ? 0 : v`).
-JASPER_AVX512BF16_TARGET JASPER_ALWAYS_INLINE void FinishHalf(__m512 sum, const Bf16End& e, int h,
-                                                              float* out) {
-  __m512 v = _mm512_add_ps(sum, e.bias[h]);
-  if (e.relu) v = _mm512_maskz_max_ps(kAll, _mm512_setzero_ps(), v);
-  _mm512_mask_storeu_ps(out, e.keep[h], v);
-}
-
 // AVX-512 BF16 without AMX (e.g. AMD Zen 4, Intel Cooper Lake): vdpbf16ps on the same packed B
 // (its [k / 2][16][2] panels are vdpbf16ps's operand layout), MR rows x 32 columns per call:
 // 2 * MR accumulators + 2 B vectors + 1 broadcast A pair (27 of the 32 registers for MR = 12),
@@ -230,7 +190,7 @@ template <int MR, bool kEnd>
 JASPER_AVX512BF16_TARGET JASPER_ALWAYS_INLINE void DpBf16Rows(const Bf16* a, int ld, int cols,
                                                               const Bf16* b0, const Bf16* b1,
                                                               bool first, float* acc, int acc_cols,
-                                                              const Bf16End& e,
+                                                              const PanelEpilogue& e,
                                                               float* const* c_rows, int n0) {
   __m512 c0[MR], c1[MR];
   for (int i = 0; i < MR; ++i) {
@@ -256,8 +216,8 @@ JASPER_AVX512BF16_TARGET JASPER_ALWAYS_INLINE void DpBf16Rows(const Bf16* a, int
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       float* out = c_rows[i] + n0;
-      FinishHalf(c0[i], e, 0, out);
-      FinishHalf(c1[i], e, 1, out + kNr);
+      e.Store(c0[i], 0, out);
+      e.Store(c1[i], 1, out + kNr);
     }
   } else {
     for (int i = 0; i < MR; ++i) {
@@ -271,7 +231,7 @@ JASPER_AVX512BF16_TARGET JASPER_ALWAYS_INLINE void DpBf16Rows(const Bf16* a, int
 template <int MR, bool kEnd>
 JASPER_AVX512BF16_TARGET JASPER_ALWAYS_INLINE void DpBf16AnyRows(
     int mr, const Bf16* a, int ld, int cols, const Bf16* b0, const Bf16* b1, bool first, float* acc,
-    int acc_cols, const Bf16End& e, float* const* c_rows, int n0) {
+    int acc_cols, const PanelEpilogue& e, float* const* c_rows, int n0) {
   if constexpr (MR > 1) {
     if (mr < MR) {
       DpBf16AnyRows<MR - 1, kEnd>(mr, a, ld, cols, b0, b1, first, acc, acc_cols, e, c_rows, n0);
@@ -293,19 +253,11 @@ struct Avx512Bf16Kernel {
   template <bool kEnd>
   static JASPER_AVX512BF16_TARGET void Panels(const PackedSubBlock& p, const ChunkArgs& c) {
     const int acc_cols = AccCols(p);
-    const int c_out = p.desc.out_channels;
-    Bf16End e{};
-    if constexpr (kEnd) e.relu = p.desc.activation == Activation::kRelu;
+    PanelEpilogue e{};
     for (int n0 = 0; n0 < acc_cols; n0 += 2 * kNr) {
       const Bf16* b0 = p.b_bf16.data() + (static_cast<Index>(n0 / kNr) * p.k_pad + c.kp0) * kNr;
       const Bf16* b1 = b0 + static_cast<Index>(p.k_pad) * kNr;
-      if constexpr (kEnd) {
-        for (int h = 0; h < 2; ++h) {
-          const int n = n0 + h * kNr;
-          e.bias[h] = _mm512_loadu_ps(p.bias.data() + n);  // padded to AccCols with zeros
-          e.keep[h] = static_cast<__mmask16>((1u << std::clamp(c_out - n, 0, kNr)) - 1u);
-        }
-      }
+      if constexpr (kEnd) e.Load(p, n0);
       for (int r0 = 0; r0 < c.rows; r0 += kMr) {
         const int mr = std::min(kMr, c.rows - r0);
         DpBf16AnyRows<kMr, kEnd>(mr, c.a + static_cast<Index>(r0) * c.ld, c.ld, c.cols, b0, b1,

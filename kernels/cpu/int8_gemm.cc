@@ -117,13 +117,10 @@ void GemmTileInt8Impl(const PackedSubBlock& p, const Segment* segments, int num_
   if (rows <= 0) return;
   const Scratch s = ScratchOf(p, scratch);
   Kernel::Begin();
-  int group = -1;         // the weight group being summed
-  bool first_i = true;    // its INT32 sums start at zero
-  bool first_f = true;    // no group added to the FP32 accumulators yet
-  int last_segment = -1;  // the last segment with columns: its last chunk ends the GEMM
-  for (int si = 0; si < num_segments; ++si) {
-    if (segments[si].k > 0) last_segment = si;
-  }
+  int group = -1;       // the weight group being summed
+  bool first_i = true;  // its INT32 sums start at zero
+  bool first_f = true;  // no group added to the FP32 accumulators yet
+  const int last_segment = LastSegmentWithColumns(segments, num_segments);
   FusedEnd end;
   bool ended = false;  // the kernel finished the output rows itself (Kernel::kFusedEnd)
   for (int si = 0; si < num_segments; ++si) {
@@ -211,31 +208,24 @@ void GemmTileInt8Portable(const PackedSubBlock& p, const Segment* segments, int 
 // same packed B (its [k / 4][16][4] panels are vpdpbusd's operand layout), MR rows x 32 columns:
 // 2 * MR accumulators + 2 B vectors + 1 broadcast A quad. The tile's last chunk (c.end) finishes
 // the output from the registers: no INT32 or FP32 accumulator buffer round trip.
-// All 16 lanes: the maskz_ forms of the unmasked intrinsics, the same instructions, because the
-// unmasked ones' _mm512_undefined operand trips GCC 12's -Wmaybe-uninitialized when inlined here.
-constexpr __mmask16 kAll = 0xffff;
-
 struct VnniEnd {       // one 32-column panel's constants for the fused end
   __m512i sums128[2];  // 128 x the quantized weights' column sums (vpdpbusd's A offset)
-  __m512 dq[2], bias[2];
-  __mmask16 keep[2];  // columns < c_out
-  bool relu;
+  __m512 dq[2];
+  PanelEpilogue epilogue;  // bias, activation, columns < C_out
 };
 
 // One 16-column half of a finished row: out = act((prev +) (sum - 128 x col sums) x dequant +
 // bias), columns past C_out left alone.
 JASPER_VNNI_TARGET JASPER_ALWAYS_INLINE void FinishHalf(__m512i sum, const VnniEnd& e, int h,
                                                         const float* prev, float* out) {
-  __m512 v =
-      _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(kAll, _mm512_sub_epi32(sum, e.sums128[h])), e.dq[h]);
+  __m512 v = _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(kAllLanes, _mm512_sub_epi32(sum, e.sums128[h])),
+                           e.dq[h]);
   // The product rounded on its own, in every MR instantiation alike: GCC would contract it with
   // the add below into an FMA in some and not others, and rows of a tile split differently
   // across threads would then get different bits.
   asm("" : "+v"(v));
   if (prev != nullptr) v = _mm512_add_ps(_mm512_loadu_ps(prev), v);
-  v = _mm512_add_ps(v, e.bias[h]);
-  if (e.relu) v = _mm512_maskz_max_ps(kAll, _mm512_setzero_ps(), v);
-  _mm512_mask_storeu_ps(out, e.keep[h], v);
+  e.epilogue.Store(v, h, out);
 }
 
 template <int MR, bool kEnd>
@@ -263,8 +253,7 @@ JASPER_VNNI_TARGET JASPER_ALWAYS_INLINE void DpBusdRows(const Int8* a, int ld, i
   }
   if constexpr (kEnd) {
     // DequantRows<true> then EpilogueRows, per register: (sum - 128 x col sum) x dequant, plus
-    // the earlier groups' FP32 sums, plus the bias; ReLU as max(0, v), which keeps a NaN (the
-    // second operand) and -0.0 like the epilogue's `v < 0 ? 0 : v`.
+    // the earlier groups' FP32 sums, then PanelEpilogue (bias, ReLU).
     // Unrolled, like the loops above: an array indexed by a variable would live in memory, and
     // GCC would store every accumulator on each step of the K loop.
 #pragma GCC unroll 16
@@ -314,27 +303,20 @@ struct VnniKernel {
   template <bool kEnd>
   static JASPER_VNNI_TARGET void Panels(const PackedSubBlock& p, const ChunkArgs& c) {
     const int acc_cols = AccCols(p);
-    const int c_out = p.desc.out_channels;
     VnniEnd e{};
     const float* acc_f = nullptr;
-    if constexpr (kEnd) {
-      e.relu = p.desc.activation == Activation::kRelu;
-      acc_f = c.end->acc_f;
-    }
+    if constexpr (kEnd) acc_f = c.end->acc_f;
     for (int n0 = 0; n0 < acc_cols; n0 += 2 * kNr) {
       const Int8* b0 = p.b_int8.data() + (static_cast<Index>(n0 / kNr) * p.k_pad + c.kp0) * kNr;
       const Int8* b1 = b0 + static_cast<Index>(p.k_pad) * kNr;
       if constexpr (kEnd) {
         const Index at = static_cast<Index>(c.end->group) * acc_cols + n0;
         for (int h = 0; h < 2; ++h) {
-          const int n = n0 + h * kNr;
           e.sums128[h] = _mm512_maskz_slli_epi32(
-              kAll, _mm512_loadu_si512(p.b_int8_col_sums.data() + at + h * kNr), 7);
+              kAllLanes, _mm512_loadu_si512(p.b_int8_col_sums.data() + at + h * kNr), 7);
           e.dq[h] = _mm512_loadu_ps(p.dequant.data() + at + h * kNr);
-          e.bias[h] = _mm512_loadu_ps(p.bias.data() + n);
-          const int valid = std::clamp(c_out - n, 0, kNr);
-          e.keep[h] = static_cast<__mmask16>((1u << valid) - 1u);
         }
+        e.epilogue.Load(p, n0);
       }
       for (int r0 = 0; r0 < c.rows; r0 += kMr) {
         const int mr = std::min(kMr, c.rows - r0);

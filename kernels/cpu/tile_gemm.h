@@ -94,6 +94,33 @@ JASPER_ALWAYS_INLINE void GatherGroups(const Segment& seg, const SegmentGroups& 
   }
 }
 
+// FP32 -> BF16, round to nearest even (vcvtne(2)ps2bf16's rounding but for denormals, which
+// those flush; NaN stays a quiet NaN). The portable paths of the BF16 GEMM and depthwise.
+inline std::uint16_t ToBf16(float f) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x40u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<std::uint16_t>(bits >> 16);
+}
+
+inline float FromBf16(std::uint16_t h) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// The last segment with columns (-1: none): the tile's last chunk is its last one, where a
+// kernel that finishes the output from its registers (kFusedEnd) does so.
+inline int LastSegmentWithColumns(const Segment* segments, int num_segments) {
+  int last = -1;
+  for (int si = 0; si < num_segments; ++si) {
+    if (segments[si].k > 0) last = si;
+  }
+  return last;
+}
+
 // Output rows from the accumulators: act(acc + bias), the valid columns only.
 JASPER_ALWAYS_INLINE void EpilogueRows(const PackedSubBlock& p, const float* acc, int rows,
                                        float* const* c_rows) {
@@ -111,6 +138,39 @@ JASPER_ALWAYS_INLINE void EpilogueRows(const PackedSubBlock& p, const float* acc
     }
   }
 }
+
+#if JASPER_X86_DISPATCH
+#define JASPER_AVX512F_TARGET __attribute__((target("avx512f")))
+
+// All 16 lanes: the maskz_ form of an unmasked intrinsic (the same instruction), because the
+// unmasked one's _mm512_undefined operand trips GCC 12's -Wmaybe-uninitialized when inlined.
+constexpr __mmask16 kAllLanes = 0xffff;
+
+// EpilogueRows for one 32-column panel (columns n0 .. n0 + 31) in registers, for GEMM kernels
+// that finish their output rows from their accumulators (the VNNI and vdpbf16ps ones).
+struct PanelEpilogue {
+  __m512 bias[2];
+  __mmask16 keep[2];  // columns < C_out
+  bool relu = false;
+
+  JASPER_AVX512F_TARGET void Load(const PackedSubBlock& p, int n0) {
+    relu = p.desc.activation == Activation::kRelu;
+    for (int h = 0; h < 2; ++h) {
+      const int n = n0 + h * kTilePanel;
+      bias[h] = _mm512_loadu_ps(p.bias.data() + n);  // padded to AccCols with zeros
+      keep[h] =
+          static_cast<__mmask16>((1u << std::clamp(p.desc.out_channels - n, 0, kTilePanel)) - 1u);
+    }
+  }
+  // out[0, 16) = act(v + bias[h]) for the columns < C_out, the others left alone: the operations
+  // of EpilogueRows (ReLU as max(0, v) keeps a NaN and -0.0 like its `v < 0 ? 0 : v`).
+  JASPER_AVX512F_TARGET JASPER_ALWAYS_INLINE void Store(__m512 v, int h, float* out) const {
+    v = _mm512_add_ps(v, bias[h]);
+    if (relu) v = _mm512_maskz_max_ps(kAllLanes, _mm512_setzero_ps(), v);
+    _mm512_mask_storeu_ps(out, keep[h], v);
+  }
+};
+#endif
 
 // ldtilecfg's 64-byte operand: palette 1, tiles 0-7 all 16 rows x 64 bytes (the shape of every
 // tile both GEMMs use: FP32/INT32 16 x 16 accumulators, 16 x 64-byte A slices, B panels of 16
