@@ -229,7 +229,10 @@ std::vector<float> AbsReference(const Case& c, const SubBlockDesc& desc, const S
 // within (2 * 2^-8 + 2^-16) |a||b| of the exact one: limit = 1.01 * 2^-7 * abs_ref + tol_fp32
 // (abs_ref from AbsReference), RMS within 1/64 (expected about 1/300). INT8: limit = 1.01 x the
 // quantization bound of kernels_int8_check.h + tol_fp32, RMS within 1/16 (expected under
-// 1/100).
+// 1/100). The RMS check needs kMinRmsElements valid elements: over a handful (DenseT1: 10) one
+// output whose terms cancel (|ref| far below the sum of |terms| its bound is made of) carries
+// the whole RMS, and a seed failed that way with every element inside its bound.
+constexpr int kMinRmsElements = 64;
 void CheckBounded(const char* kernel, const std::vector<float>& y, const std::vector<float>& ref,
                   const std::vector<double>& limit, double rms_fraction,
                   const std::vector<int>& out_len, int batch, int out_time, int c_out,
@@ -237,6 +240,7 @@ void CheckBounded(const char* kernel, const std::vector<float>& y, const std::ve
   SCOPED_TRACE(kernel);
   double max_err = 0.0, err2 = 0.0, ref2 = 0.0;
   int reported = 0;
+  int finite = 0;  // valid elements in err2 / ref2
   for (int b = 0; b < batch; ++b) {
     for (int t = 0; t < out_time; ++t) {
       for (int o = 0; o < c_out; ++o) {
@@ -251,6 +255,7 @@ void CheckBounded(const char* kernel, const std::vector<float>& y, const std::ve
             max_err = std::max(max_err, err);
             err2 += err * err;
             ref2 += double(ref[i]) * ref[i];
+            ++finite;
           }
           if (bad && reported < 5) {
             ADD_FAILURE() << "b=" << b << " t=" << t << " o=" << o << ": " << y[i]
@@ -262,7 +267,9 @@ void CheckBounded(const char* kernel, const std::vector<float>& y, const std::ve
     }
   }
   EXPECT_EQ(reported, 0) << reported << " bad elements; max error " << max_err;
-  EXPECT_LE(std::sqrt(err2), rms_fraction * std::sqrt(ref2) + tol_fp32) << "RMS error too large";
+  if (finite >= kMinRmsElements) {
+    EXPECT_LE(std::sqrt(err2), rms_fraction * std::sqrt(ref2) + tol_fp32) << "RMS error too large";
+  }
 }
 
 void RunCase(const Case& c) {
