@@ -174,8 +174,11 @@ struct PackedSubBlock {
   // VNNI kernel reads A as unsigned, a + 128, and subtracts 128 x this).
   std::vector<std::int32_t, CacheLineAllocator<std::int32_t>> b_int8_col_sums;
   // kInt8 separable only (channels rounded up to 16; the VNNI depthwise reads its input as
-  // unsigned, q + 128, and subtracts 128 x depthwise_int8_sums):
+  // unsigned, q + 128, and subtracts 128 x depthwise_int8_sums; with depthwise_in_unsigned the
+  // input, known to be non-negative, is quantized to u = clamp(round(x / depthwise_in_scale),
+  // 0, 255) and the sums are 0):
   float depthwise_in_scale = 0.0f;
+  bool depthwise_in_unsigned = false;
   std::vector<std::int8_t, CacheLineAllocator<std::int8_t>> depthwise_int8;
   AlignedFloats depthwise_dequant;
   std::vector<std::int32_t, CacheLineAllocator<std::int32_t>> depthwise_int8_sums;
@@ -196,13 +199,17 @@ struct PackedSubBlock {
 // rounding (slow: for tests; kernels::HasBf16Gemm() tells which). kInt8 needs
 // `int8_input_scales`: finite positive activation scales, A_main's, then each residual input's,
 // then, for a separable sub-block, the depthwise input's (x): 1 + num_residuals (+ 1) values; an
-// invalid block without them. It runs on AMX INT8 tiles at kAmx, on AVX-512 VNNI (vpdpbusd) at
+// invalid block without them. `nonnegative_input`: the caller guarantees x >= 0 (it is a ReLU's
+// output); kInt8 then quantizes the depthwise input on the unsigned grid [0, 255] with the same
+// scale (a negative x would be clipped to 0), so a scale chosen for 255 steps halves the step.
+// The other precisions ignore it. It runs on AMX INT8 tiles at kAmx, on AVX-512 VNNI (vpdpbusd) at
 // kAvx512 where the CPU has it, else on portable loops with the same quantization and the same
 // bits (kernels::HasInt8Gemm()).
 PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& weights,
                             const ResidualInput* residuals, int num_residuals,
                             Precision precision = Precision::kFp32,
-                            const float* int8_input_scales = nullptr);
+                            const float* int8_input_scales = nullptr,
+                            bool nonnegative_input = false);
 
 // Workspace floats FusedSubBlockCpuPacked needs for `packed` (independent of the batch).
 std::size_t PackedSubBlockWorkspaceFloats(const PackedSubBlock& packed);

@@ -41,7 +41,8 @@ Int8Calibration Sample() {
   c.utterances = 3;
   c.audio_seconds = 12.5;
   c.frame_agreement = 0.975;
-  c.layers = {{0, 0, {0.125f}}, {1, 1, {0.0306f, 1e-7f}}, {-1, 0, {3.4e38f}}};
+  c.frame_agreement_all_int8 = 0.96;
+  c.layers = {{0, 0, {0.125f}}, {1, 1, {0.0306f, 1e-7f}, true}, {-1, 0, {3.4e38f}}};
   return c;
 }
 
@@ -54,12 +55,29 @@ TEST(Int8CalibrationFileTest, RoundTripsExactly) {
   EXPECT_EQ(back->utterances, 3);
   EXPECT_DOUBLE_EQ(back->audio_seconds, 12.5);
   EXPECT_DOUBLE_EQ(back->frame_agreement, 0.975);
+  EXPECT_DOUBLE_EQ(back->frame_agreement_all_int8, 0.96);
   ASSERT_EQ(back->layers.size(), 3u);
   for (std::size_t i = 0; i < c.layers.size(); ++i) {
     EXPECT_EQ(back->layers[i].block, c.layers[i].block);
     EXPECT_EQ(back->layers[i].sub_block, c.layers[i].sub_block);
     EXPECT_EQ(back->layers[i].scales, c.layers[i].scales);  // bit-exact floats
+    EXPECT_EQ(back->layers[i].fp32, c.layers[i].fp32);
   }
+  EXPECT_EQ(back->Fp32Count(), 1);
+  ASSERT_NE(back->FindLayer(1, 1), nullptr);
+  EXPECT_TRUE(back->FindLayer(1, 1)->fp32);
+  // A file without the optional fields (as written before mixed precision) reads as all INT8.
+  std::string old = Int8CalibrationToJson(c);
+  old.erase(old.find(", \"fp32\": true"), 14);
+  const std::size_t line = old.find(" \"frame_agreement_all_int8\"");
+  old.erase(line, old.find('\n', line) + 1 - line);
+  absl::StatusOr<Int8Calibration> older = ParseInt8Calibration(old);
+  ASSERT_TRUE(older.ok()) << older.status() << old;
+  EXPECT_EQ(older->Fp32Count(), 0);
+  std::string version1 = old;
+  version1.replace(version1.find("\"version\": 2"), 12, "\"version\": 1");
+  EXPECT_TRUE(ParseInt8Calibration(version1).ok()) << version1;
+  EXPECT_EQ(older->frame_agreement_all_int8, -1.0);
   ASSERT_NE(back->Find(-1, 0), nullptr);
   EXPECT_EQ(back->Find(-1, 0)->size(), 1u);
   EXPECT_EQ(back->Find(2, 0), nullptr);
@@ -78,7 +96,8 @@ TEST(Int8CalibrationFileTest, RejectsMalformedFiles) {
       "[]",
       "{",
       replaced("jasper-int8-calibration", "something-else"),
-      replaced("\"version\": 1", "\"version\": 2"),
+      replaced("\"version\": 2", "\"version\": 3"),
+      replaced("\"version\": 2", "\"version\": 0"),
       replaced("\"weights_fingerprint\": \"0123456789abcdef\"", "\"weights_fingerprint\": 7"),
       replaced("\"layers\": [", "\"layers\": 5, \"x\": ["),
       replaced("[0.125]", "[]"),
@@ -87,6 +106,8 @@ TEST(Int8CalibrationFileTest, RejectsMalformedFiles) {
       replaced("[0.125]", "[1e39]"),  // not a finite float
       replaced("[0.125]", "[\"0.125\"]"),
       replaced("\"sub_block\": 0, \"scales\": [0.125]", "\"scales\": [0.125]"),
+      replaced("\"fp32\": true", "\"fp32\": 1"),
+      replaced("\"fp32\": true", "\"fp32\": \"yes\""),
   };
   for (const std::string& text : bad) {
     absl::StatusOr<Int8Calibration> parsed = ParseInt8Calibration(text);
@@ -159,6 +180,102 @@ TEST(Int8CalibratorTest, CalibratesEverySubBlockAndChecksItself) {
     Int8Calibration extra_scale = *c;
     extra_scale.layers.front().scales.push_back(1.0f);
     EXPECT_EQ(CheckInt8Calibration(extra_scale, *model).code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+}
+
+// Mixed precision: a sub-block the calibration marks fp32 runs in FP32 under INT8. With every
+// one marked, INT8's outputs are FP32's bit for bit; the selection keeps within its budget,
+// reports an agreement the check reproduces, and keeps none at a budget of 0.
+TEST(Int8MixedPrecisionTest, Fp32SubBlocksAndTheirSelection) {
+  if (!kernels::HasInt8Gemm()) GTEST_SKIP() << "no INT8 GEMM: " << kernels::DescribeCpuFeatures();
+  for (const ModelConfig& config :
+       {test_util::SeparableConfig(), test_util::DenseResidualConfig()}) {
+    auto model = BuildModel(config, 31);
+    ASSERT_NE(model, nullptr);
+    const int features = config.feat_in;
+    std::mt19937 rng(17);
+    Int8Calibrator calibrator(model);
+    for (int frames : {240, 97}) {
+      ASSERT_TRUE(calibrator
+                      .AddUtterance(test_util::Random(
+                                        rng, static_cast<std::size_t>(frames) * features, -1, 1),
+                                    frames)
+                      .ok());
+    }
+    Int8CalibrationOptions bad;
+    bad.max_fp32_share = 1.5;
+    EXPECT_EQ(calibrator.Calibrate(1.0, bad).status().code(), absl::StatusCode::kInvalidArgument);
+    bad.max_fp32_share = 0.1;
+    bad.min_gain = -0.1;
+    EXPECT_EQ(calibrator.Calibrate(1.0, bad).status().code(), absl::StatusCode::kInvalidArgument);
+
+    absl::StatusOr<Int8Calibration> all_int8 = calibrator.Calibrate(1.0);  // default: budget 0
+    ASSERT_TRUE(all_int8.ok()) << all_int8.status();
+    EXPECT_EQ(all_int8->Fp32Count(), 0);
+    EXPECT_EQ(all_int8->frame_agreement, all_int8->frame_agreement_all_int8);
+    EXPECT_EQ(*calibrator.FrameAgreement(*all_int8), all_int8->frame_agreement);
+
+    // Every sub-block in FP32: the INT8 backend gives FP32's logits bit for bit.
+    Int8Calibration every = *all_int8;
+    for (Int8SubBlockScales& l : every.layers) l.fp32 = true;
+    EXPECT_EQ(*calibrator.FrameAgreement(every), 1.0);
+    BackendOptions options;
+    options.device = Device::kCpu;
+    options.keep_log_probs = true;
+    absl::StatusOr<std::unique_ptr<Backend>> fp32 = CreateCpuBackend(model, options);
+    options.cpu_precision = kernels::Precision::kInt8;
+    options.int8_calibration = std::make_shared<const Int8Calibration>(every);
+    absl::StatusOr<std::unique_ptr<Backend>> mixed = CreateCpuBackend(model, options);
+    ASSERT_TRUE(fp32.ok() && mixed.ok());
+    const int frames = 133;
+    const std::vector<float> x =
+        test_util::Random(rng, static_cast<std::size_t>(frames) * features, -1, 1);
+    BackendOutput a, b;
+    ASSERT_TRUE((*fp32)->Run({x.data(), 1, frames, features, &frames}, &a).ok());
+    ASSERT_TRUE((*mixed)->Run({x.data(), 1, frames, features, &frames}, &b).ok());
+    EXPECT_EQ(a.log_probs, b.log_probs);
+    // One sub-block in FP32, the rest INT8: runs, and differs from both.
+    Int8Calibration one = *all_int8;
+    one.layers.front().fp32 = true;
+    options.int8_calibration = std::make_shared<const Int8Calibration>(one);
+    absl::StatusOr<std::unique_ptr<Backend>> part = CreateCpuBackend(model, options);
+    ASSERT_TRUE(part.ok()) << part.status();
+    BackendOutput c;
+    ASSERT_TRUE((*part)->Run({x.data(), 1, frames, features, &frames}, &c).ok());
+    EXPECT_NE(c.log_probs, a.log_probs);
+
+    // The selection, with room for every sub-block and no minimum gain: whatever it keeps fits
+    // the budget, never lowers the agreement, and the check reproduces the recorded figure.
+    for (double budget : {0.05, 1.0}) {
+      Int8CalibrationOptions select;
+      select.max_fp32_share = budget;
+      select.min_gain = 0.0;
+      std::vector<std::string> lines;
+      select.log = [&lines](const std::string& line) { lines.push_back(line); };
+      absl::StatusOr<Int8Calibration> chosen = calibrator.Calibrate(1.0, select);
+      ASSERT_TRUE(chosen.ok()) << chosen.status();
+      EXPECT_FALSE(lines.empty());
+      EXPECT_GE(chosen->frame_agreement, chosen->frame_agreement_all_int8);
+      EXPECT_EQ(*calibrator.FrameAgreement(*chosen), chosen->frame_agreement);
+      double total = 0.0, kept = 0.0;
+      for (const Int8SubBlockScales& l : chosen->layers) {
+        const FoldedSubBlock& sub =
+            l.block < 0 ? model->decoder() : model->blocks()[l.block].sub_blocks[l.sub_block];
+        total += MultiplyAddsPerFrame(sub);
+        if (l.fp32) kept += MultiplyAddsPerFrame(sub);
+      }
+      EXPECT_LE(kept, budget * total * (1 + 1e-9));
+      if (chosen->frame_agreement_all_int8 < 1.0 && budget == 1.0) {
+        EXPECT_GT(chosen->Fp32Count(), 0);  // something gains while anything disagrees
+      }
+    }
+    // A calibration of other weights is refused by the check.
+    auto other = BuildModel(config, 32);
+    Int8Calibrator other_calibrator(other);
+    ASSERT_TRUE(
+        other_calibrator.AddUtterance(test_util::Random(rng, 50u * features, -1, 1), 50).ok());
+    EXPECT_EQ(other_calibrator.FrameAgreement(*all_int8).status().code(),
               absl::StatusCode::kFailedPrecondition);
   }
 }

@@ -36,9 +36,12 @@ inline float ScaleOf(float max_abs) { return max_abs > 0.0f ? max_abs / 127.0f :
 
 // residuals[p].x is the p-th residual input. x's frames past in_lengths and the residual inputs'
 // frames past out_lengths are masked (never read by the kernels, so never measured here).
+// `nonnegative_input`: x >= 0, packed for the unsigned grid; the depthwise input's scale is then
+// its max / 255 (the same bound with the finer step).
 inline Int8Oracle MakeInt8Oracle(const SubBlockDesc& desc, const SubBlockWeights& w, const float* x,
                                  const BatchGeometry& g,
-                                 const std::vector<ResidualInput>& residuals) {
+                                 const std::vector<ResidualInput>& residuals,
+                                 bool nonnegative_input = false) {
   const int c_in = desc.in_channels;
   const int c_out = desc.out_channels;
   const int taps = desc.separable ? 1 : desc.kernel_size;
@@ -79,7 +82,9 @@ inline Int8Oracle MakeInt8Oracle(const SubBlockDesc& desc, const SubBlockWeights
       x_max = std::max(x_max, std::fabs(xb[i]));
     }
   }
-  if (desc.separable) o.scales.push_back(ScaleOf(x_max));
+  if (desc.separable) {
+    o.scales.push_back(nonnegative_input ? (x_max > 0.0f ? x_max / 255.0f : 1.0f) : ScaleOf(x_max));
+  }
 
   // Per column: weight scale, sum |w| and K of each group -> the constant terms; the half
   // steps of the weights -> the matrices of the |a| run.

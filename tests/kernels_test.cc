@@ -85,6 +85,9 @@ struct Case {
   Activation activation = Activation::kRelu;
   bool bias = true;
   Lengths lengths = Lengths::kMixed;
+  // x >= 0 (as a ReLU's output): packed with PackSubBlock's nonnegative_input, which puts INT8's
+  // depthwise input on the unsigned grid.
+  bool nonnegative_input = false;
 };
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
@@ -291,7 +294,8 @@ void RunCase(const Case& c) {
   }
 
   std::vector<float> x = rng.Vector(static_cast<std::size_t>(c.batch) * c.in_time * c_in, 1.0f);
-  Garble(x, c.batch, c.in_time, c_in, in_len);
+  if (c.nonnegative_input) x = Abs(std::move(x));
+  Garble(x, c.batch, c.in_time, c_in, in_len);  // negative garbage too: masked rows are not read
   std::vector<float> depthwise;
   std::vector<float> weight;
   if (c.separable) {
@@ -398,12 +402,12 @@ void RunCase(const Case& c) {
       }
     }
     if (is_int8 && int8.scales.empty()) {
-      int8 = int8_check::MakeInt8Oracle(desc, w, x.data(), g, residuals);
+      int8 = int8_check::MakeInt8Oracle(desc, w, x.data(), g, residuals, c.nonnegative_input);
       for (float bound : int8.bound) int8_limit.push_back(1.01 * double(bound) + tol);
     }
     const PackedSubBlock packed =
         PackSubBlock(desc, w, residuals.data(), static_cast<int>(residuals.size()), v.precision,
-                     is_int8 ? int8.scales.data() : nullptr);
+                     is_int8 ? int8.scales.data() : nullptr, c.nonnegative_input);
     ASSERT_TRUE(packed.valid);
     std::vector<const float*> res_ptrs;
     for (const auto& r : res_x) res_ptrs.push_back(r.data());
@@ -591,6 +595,20 @@ std::vector<Case> SpecialCases() {
   add("SepOutPadded", true, 11, 1, 1, -1, 13, 13, 33, 4, {13}, relu, true, Lengths::kOutPadded);
   add("DenseOutPadded", false, 3, 1, 1, -1, 13, 13, 33, 4, {}, relu, true, Lengths::kOutPadded);
   add("DenseK1OutPadded", false, 1, 1, 1, 0, 13, 13, 33, 4, {}, id, true, Lengths::kOutPadded);
+  // The INT8 depthwise input on the unsigned grid (a ReLU's output): strides, dilation, long
+  // and stacked tiles, odd channel counts, T = 1, lengths past the input.
+  for (const char* name :
+       {"SepPrologueLike", "SepDilatedK33D2", "SepLong", "SepBatch33", "SepStackBatch33T25",
+        "SepStackBatch9T300S2", "SepWideK1000", "SepEvenK2D2", "SepEvenK30D2", "SepBatch1Short",
+        "SepT1", "SepOutPadded"}) {
+    const auto it =
+        std::find_if(cases.begin(), cases.end(), [name](const Case& c) { return c.name == name; });
+    if (it == cases.end()) continue;  // NonNegativeCasesExist counts them
+    Case c = *it;
+    c.name += "NonNegative";
+    c.nonnegative_input = true;
+    cases.push_back(c);
+  }
   return cases;
 }
 
@@ -598,6 +616,13 @@ class SubBlockSweepTest : public testing::TestWithParam<Case> {};
 TEST_P(SubBlockSweepTest, FusedMatchesReference) { RunCase(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Sweep, SubBlockSweepTest, testing::ValuesIn(SweepCases()),
                          [](const testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// Every name the unsigned-grid copies are made from is a special case.
+TEST(SubBlockSpecialCasesTest, NonNegativeCasesExist) {
+  int copies = 0;
+  for (const Case& c : SpecialCases()) copies += c.nonnegative_input ? 1 : 0;
+  EXPECT_EQ(copies, 12);
+}
 
 class SubBlockSpecialTest : public testing::TestWithParam<Case> {};
 TEST_P(SubBlockSpecialTest, FusedMatchesReference) { RunCase(GetParam()); }
@@ -788,6 +813,9 @@ TEST(CpuPathTest, Avx512VnniInt8) {
   const ScopedIsa avx512(CpuIsa::kAvx512);
   ASSERT_TRUE(HasInt8Gemm());
   RunCase(QuartzNetLike());
+  Case nonnegative = QuartzNetLike();
+  nonnegative.nonnegative_input = true;
+  RunCase(nonnegative);
 }
 
 TEST(CpuPathTest, AmxInt8) {
@@ -796,6 +824,9 @@ TEST(CpuPathTest, AmxInt8) {
   }
   ASSERT_TRUE(HasInt8Gemm());
   RunCase(QuartzNetLike());
+  Case nonnegative = QuartzNetLike();
+  nonnegative.nonnegative_input = true;
+  RunCase(nonnegative);
 }
 
 // Packing rejects precisions the CPU kernels do not have, and INT8 without valid scales.

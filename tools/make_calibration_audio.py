@@ -7,6 +7,8 @@ like what it will serve; this cuts that audio from the committed natural-voice t
 
     python3 tools/make_calibration_audio.py --out /tmp/calib            # 80 utterances
     build/tools/jasper-transcribe --model_dir=models/NAME --calibrate_int8 /tmp/calib/*.wav
+    python3 tools/make_calibration_audio.py --first 80 --count 240 --out /tmp/check
+    build/tools/jasper-transcribe --model_dir=models/NAME --check_int8 /tmp/check/*.wav
 
 Needs numpy and Debian's libsndfile1 (Opus), as tools/pack_speech_data.py does.
 """
@@ -26,20 +28,24 @@ def main():
                                                   "shard_0000"),
                   help="training shard prefix (.ogg + .tsv)")
   ap.add_argument("--count", type=int, default=80, help="utterances to write")
+  ap.add_argument("--first", type=int, default=0,
+                  help="index of the first utterance (e.g. 80: audio the shipped calibrations "
+                       "did not see, for `jasper-transcribe --check_int8`)")
   ap.add_argument("--out", required=True, help="folder for utt_NNN.wav (created)")
   ap.add_argument("--libsndfile", default="libsndfile.so.1")
   args = ap.parse_args()
   items = pack_speech_data.read_shard(args.shard, pack_speech_data.Sndfile(args.libsndfile))
   os.makedirs(args.out, exist_ok=True)
   seconds = 0.0
-  for i, (audio, _text, _voice) in enumerate(items[:args.count]):
+  chosen = items[args.first:args.first + args.count]
+  for i, (audio, _text, _voice) in enumerate(chosen, start=args.first):
     with wave.open(os.path.join(args.out, f"utt_{i:03d}.wav"), "wb") as w:
       w.setnchannels(1)
       w.setsampwidth(2)
       w.setframerate(pack_speech_data.SR)
       w.writeframes(audio.astype("<i2").tobytes())
     seconds += len(audio) / pack_speech_data.SR
-  print(f"{min(args.count, len(items))} utterances, {seconds:.1f} s, in {args.out}")
+  print(f"{len(chosen)} utterances, {seconds:.1f} s, in {args.out}")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@
 //   jasper-transcribe --model_dir=models/<name> a.wav b.wav
 //   jasper-transcribe --model_dir=models/<name> --calibrate_int8 calib/*.wav
 //                      (measures the INT8 scales, writes <model_dir>/int8_calibration.json)
+//   jasper-transcribe --model_dir=models/<name> --check_int8 other/*.wav
+//                      (how often that calibration's greedy tokens match FP32's on other audio)
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -53,6 +55,14 @@ ABSL_FLAG(bool, calibrate_int8, false,
           "that sound like what will be served; not a test set), choose the INT8 activation "
           "scales, check INT8 against FP32 on the same audio, and write "
           "<model_dir>/int8_calibration.json.");
+ABSL_FLAG(bool, check_int8, false,
+          "Instead of transcribing: run the model folder's INT8 calibration and FP32 over the "
+          "given audio and print the share of frames with the same greedy token (e.g. on audio "
+          "the calibration did not see).");
+ABSL_FLAG(double, int8_fp32_share, jasper::Int8CalibrationOptions().max_fp32_share,
+          "--calibrate_int8: keep in FP32 the sub-blocks whose quantization moves the greedy "
+          "tokens most (a greedy selection on the calibration audio), doing at most this share "
+          "of the model's multiply-adds per frame; 0: every sub-block in INT8. [0, 1]");
 ABSL_FLAG(int, threads, 1,
           "Intra-op threads of the CPU backend replica (each sub-block split among them; results "
           "are identical for any value). [1, 256]");
@@ -182,31 +192,65 @@ absl::StatusOr<std::vector<float>> LoadMono(const char* path, int rate) {
 
 // --calibrate_int8: every file's features into an Int8Calibrator; the result written to the
 // model folder (through a temporary file and a rename, so a reader never sees half of it).
-int CalibrateInt8(const std::shared_ptr<const jasper::Model>& model, const std::string& model_dir,
-                  const std::vector<char*>& files) {
-  const int rate = model->config().featurizer.sample_rate;
-  jasper::Int8Calibrator calibrator(model, absl::GetFlag(FLAGS_threads));
+// Adds every file's features to `calibrator`; the audio's seconds, or -1 after printing an error.
+double AddCalibrationAudio(const jasper::Model& model, const std::vector<char*>& files,
+                           jasper::Int8Calibrator* calibrator) {
+  const int rate = model.config().featurizer.sample_rate;
   double audio_s = 0.0;
   for (const char* path : files) {
     absl::StatusOr<std::vector<float>> mono = LoadMono(path, rate);
     absl::StatusOr<jasper::Features> features =
-        mono.ok() ? model->featurizer().Compute(*mono)
+        mono.ok() ? model.featurizer().Compute(*mono)
                   : absl::StatusOr<jasper::Features>(mono.status());
     if (!features.ok()) {
       std::fprintf(stderr, "error: %s: %s\n", path,
                    std::string(features.status().message()).c_str());
-      return 1;
+      return -1;
     }
     features->data.resize(static_cast<std::size_t>(features->valid_frames) *
                           features->num_features);
-    if (absl::Status s = calibrator.AddUtterance(features->data, features->valid_frames); !s.ok()) {
+    if (absl::Status s = calibrator->AddUtterance(features->data, features->valid_frames);
+        !s.ok()) {
       std::fprintf(stderr, "error: %s: %s\n", path, std::string(s.message()).c_str());
-      return 1;
+      return -1;
     }
     audio_s += static_cast<double>(mono->size()) / rate;
   }
+  return audio_s;
+}
+
+// --check_int8: the folder's calibration against FP32 on the given audio.
+int CheckInt8(const std::shared_ptr<const jasper::Model>& model, const std::vector<char*>& files) {
+  if (model->int8_calibration() == nullptr) {
+    std::fprintf(stderr, "error: %s\n",
+                 std::string(model->int8_calibration_status().message()).c_str());
+    return 1;
+  }
+  jasper::Int8Calibrator calibrator(model, absl::GetFlag(FLAGS_threads));
+  const double audio_s = AddCalibrationAudio(*model, files, &calibrator);
+  if (audio_s < 0) return 1;
+  absl::StatusOr<double> agreement = calibrator.FrameAgreement(*model->int8_calibration());
+  if (!agreement.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(agreement.status().message()).c_str());
+    return 1;
+  }
+  std::printf(
+      "INT8 (%d sub-block(s) in FP32) and FP32 give the same greedy token on %.3f %% of frames "
+      "(%zu files, %.1f s audio)\n",
+      model->int8_calibration()->Fp32Count(), 100.0 * *agreement, files.size(), audio_s);
+  return 0;
+}
+
+int CalibrateInt8(const std::shared_ptr<const jasper::Model>& model, const std::string& model_dir,
+                  const std::vector<char*>& files) {
+  jasper::Int8Calibrator calibrator(model, absl::GetFlag(FLAGS_threads));
+  const double audio_s = AddCalibrationAudio(*model, files, &calibrator);
+  if (audio_s < 0) return 1;
   const auto start = Clock::now();
-  absl::StatusOr<jasper::Int8Calibration> calibration = calibrator.Calibrate(audio_s);
+  jasper::Int8CalibrationOptions mixed;
+  mixed.max_fp32_share = absl::GetFlag(FLAGS_int8_fp32_share);
+  mixed.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  absl::StatusOr<jasper::Int8Calibration> calibration = calibrator.Calibrate(audio_s, mixed);
   if (!calibration.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(calibration.status().message()).c_str());
     return 1;
@@ -233,8 +277,11 @@ int CalibrateInt8(const std::shared_ptr<const jasper::Model>& model, const std::
       stderr, "INT8 calibration of %zu sub-blocks over %d files (%.1f s audio) in %.1f s\n",
       calibration->layers.size(), calibration->utterances, audio_s, MsSince(start) / 1000.0);
   if (calibration->frame_agreement >= 0) {
-    std::fprintf(stderr, "check: INT8 and FP32 give the same greedy token on %.2f %% of frames\n",
-                 100.0 * calibration->frame_agreement);
+    std::fprintf(stderr,
+                 "check: INT8 (%d sub-block(s) in FP32) and FP32 give the same greedy token on "
+                 "%.2f %% of frames (all in INT8: %.2f %%)\n",
+                 calibration->Fp32Count(), 100.0 * calibration->frame_agreement,
+                 100.0 * calibration->frame_agreement_all_int8);
   } else {
     std::fprintf(stderr, "check skipped: no INT8 GEMM in hardware here (%s)\n",
                  jasper::kernels::DescribeCpuFeatures().c_str());
@@ -264,6 +311,7 @@ int Run(const std::vector<char*>& files) {
     return 1;
   }
   if (absl::GetFlag(FLAGS_calibrate_int8)) return CalibrateInt8(*model, model_dir, files);
+  if (absl::GetFlag(FLAGS_check_int8)) return CheckInt8(*model, files);
   absl::StatusOr<jasper::kernels::Precision> precision =
       jasper::ParseGpuPrecision(absl::GetFlag(FLAGS_gpu_precision));
   if (!precision.ok()) {

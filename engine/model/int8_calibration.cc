@@ -18,7 +18,12 @@ namespace {
 using json = nlohmann::json;
 
 constexpr char kFormat[] = "jasper-int8-calibration";
-constexpr int kVersion = 1;
+// 2: a separable sub-block's depthwise input scale, when that input is a ReLU's output, is the
+// step of the unsigned grid (its clip / 255). Version 1 files (clip / 127) are read too: the same
+// step on the unsigned grid clips nothing they did not. A reader of version 1 only refuses
+// version 2 instead of clipping those inputs at half their range.
+constexpr int kVersion = 2;
+constexpr int kOldestVersion = 1;
 
 absl::Status Invalid(const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(kInt8CalibrationFile, ": ", what));
@@ -71,11 +76,22 @@ void ForEachSubBlock(const Model& model, Fn fn) {
 
 }  // namespace
 
-const std::vector<float>* Int8Calibration::Find(int block, int sub_block) const {
+const Int8SubBlockScales* Int8Calibration::FindLayer(int block, int sub_block) const {
   for (const Int8SubBlockScales& l : layers) {
-    if (l.block == block && l.sub_block == sub_block) return &l.scales;
+    if (l.block == block && l.sub_block == sub_block) return &l;
   }
   return nullptr;
+}
+
+const std::vector<float>* Int8Calibration::Find(int block, int sub_block) const {
+  const Int8SubBlockScales* l = FindLayer(block, sub_block);
+  return l == nullptr ? nullptr : &l->scales;
+}
+
+int Int8Calibration::Fp32Count() const {
+  int n = 0;
+  for (const Int8SubBlockScales& l : layers) n += l.fp32 ? 1 : 0;
+  return n;
 }
 
 absl::StatusOr<Int8Calibration> ParseInt8Calibration(const std::string& json_text) {
@@ -95,8 +111,9 @@ absl::StatusOr<Int8Calibration> ParseInt8Calibration(const std::string& json_tex
     return Invalid(absl::StrCat("'format' must be \"", kFormat, "\""));
   }
   const json* version = field("version");
-  if (version == nullptr || !version->is_number_integer() || version->get<int>() != kVersion) {
-    return Invalid(absl::StrCat("'version' must be ", kVersion));
+  if (version == nullptr || !version->is_number_integer() || version->get<int>() < kOldestVersion ||
+      version->get<int>() > kVersion) {
+    return Invalid(absl::StrCat("'version' must be ", kOldestVersion, " to ", kVersion));
   }
   Int8Calibration c;
   const json* fingerprint = field("weights_fingerprint");
@@ -115,6 +132,9 @@ absl::StatusOr<Int8Calibration> ParseInt8Calibration(const std::string& json_tex
   }
   if (const json* v = field("frame_agreement"); v != nullptr && v->is_number()) {
     c.frame_agreement = v->get<double>();
+  }
+  if (const json* v = field("frame_agreement_all_int8"); v != nullptr && v->is_number()) {
+    c.frame_agreement_all_int8 = v->get<double>();
   }
   const json* layers = field("layers");
   if (layers == nullptr || !layers->is_array()) return Invalid("'layers' must be an array");
@@ -142,6 +162,10 @@ absl::StatusOr<Int8Calibration> ParseInt8Calibration(const std::string& json_tex
       }
       s.scales.push_back(static_cast<float>(v.get<double>()));
     }
+    if (auto fp32 = l.find("fp32"); fp32 != l.end()) {
+      if (!fp32->is_boolean()) return Invalid(at + ": 'fp32' must be true or false");
+      s.fp32 = fp32->get<bool>();
+    }
     c.layers.push_back(std::move(s));
   }
   return c;
@@ -159,6 +183,8 @@ std::string Int8CalibrationToJson(const Int8Calibration& c) {
   absl::StrAppend(&out, " \"audio_seconds\": ", absl::StrFormat("%.3f", c.audio_seconds), ",\n");
   absl::StrAppend(&out, " \"frame_agreement\": ", absl::StrFormat("%.6f", c.frame_agreement),
                   ",\n");
+  absl::StrAppend(&out, " \"frame_agreement_all_int8\": ",
+                  absl::StrFormat("%.6f", c.frame_agreement_all_int8), ",\n");
   out += " \"layers\": [";
   for (std::size_t i = 0; i < c.layers.size(); ++i) {
     const Int8SubBlockScales& l = c.layers[i];
@@ -167,7 +193,7 @@ std::string Int8CalibrationToJson(const Int8Calibration& c) {
     for (std::size_t k = 0; k < l.scales.size(); ++k) {
       absl::StrAppend(&out, k == 0 ? "" : ", ", absl::StrFormat("%.9g", l.scales[k]));
     }
-    out += "]}";
+    out += l.fp32 ? "], \"fp32\": true}" : "]}";
   }
   out += "\n ]\n}\n";
   return out;

@@ -4,6 +4,8 @@
 // some audio by Int8Calibrator
 // (engine/runtime/int8_calibrator.h; `jasper-transcribe --calibrate_int8`) and stored in the
 // model folder as int8_calibration.json (docs/MODEL_FORMAT.md), which Model::Load reads.
+// A sub-block the calibrator found most sensitive to quantization may be marked to run in FP32
+// instead (mixed precision: Int8SubBlockScales::fp32); its scales are kept all the same.
 //
 // A calibration names the weights it was made for (WeightsFingerprint), so a folder whose
 // weights changed asks for a new one instead of running with stale scales.
@@ -29,6 +31,9 @@ struct Int8SubBlockScales {
   int sub_block = 0;
   // [1 + residual branches (+ 1 when separable)], finite and > 0: PackSubBlock's order
   std::vector<float> scales;
+  // Run this sub-block in FP32 under --cpu_precision=int8 (its greedy tokens moved most when it
+  // alone was quantized; Int8Calibrator's selection). JSON "fp32": true, absent when false.
+  bool fp32 = false;
 };
 
 struct Int8Calibration {
@@ -41,9 +46,15 @@ struct Int8Calibration {
   // The check Int8Calibrator ran on the same audio: the share of valid encoder frames whose
   // greedy token is the same in INT8 as in FP32 (-1: not checked).
   double frame_agreement = -1.0;
+  // The same check with every sub-block in INT8, before any was kept in FP32 (-1: not checked).
+  double frame_agreement_all_int8 = -1.0;
 
   // The scales of (block, sub_block); null when absent.
   const std::vector<float>* Find(int block, int sub_block) const;
+  // The entry of (block, sub_block); null when absent.
+  const Int8SubBlockScales* FindLayer(int block, int sub_block) const;
+  // How many sub-blocks run in FP32.
+  int Fp32Count() const;
 };
 
 // Parses int8_calibration.json. INVALID_ARGUMENT (naming the field) on malformed JSON, a missing

@@ -108,6 +108,7 @@ struct CpuStepView {
   int sub_block = 0;  // index within the block
   const FoldedSubBlock* sub = nullptr;
   const float* x = nullptr;
+  bool x_nonnegative = false;  // x is a ReLU's output (PlanStep::input_nonnegative)
   const float* const* residual_x = nullptr;
   kernels::BatchGeometry geometry;
 };

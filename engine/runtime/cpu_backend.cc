@@ -35,14 +35,21 @@ class CpuBackend final : public Backend {
       for (std::size_t p = 0; p < sub.residual_weights.size(); ++p) {
         residuals.push_back({nullptr, sub.residual_weights[p].data(), sub.residual_channels[p]});
       }
-      // The reference mode runs FP32 whatever the precision (and has no INT8 calibration).
-      const kernels::Precision precision =
+      // The reference mode runs FP32 whatever the precision (and has no INT8 calibration); under
+      // INT8 a sub-block the calibration keeps in FP32 runs in FP32 (mixed precision).
+      kernels::Precision precision =
           use_reference ? kernels::Precision::kFp32 : options.cpu_precision;
-      const std::vector<float>* scales =
-          precision == kernels::Precision::kInt8 ? int8->Find(step.block, step.sub_block) : nullptr;
-      packed_.push_back(kernels::PackSubBlock(sub.desc, WeightsOf(sub), residuals.data(),
-                                              static_cast<int>(residuals.size()), precision,
-                                              scales == nullptr ? nullptr : scales->data()));
+      const Int8SubBlockScales* layer = precision == kernels::Precision::kInt8
+                                            ? int8->FindLayer(step.block, step.sub_block)
+                                            : nullptr;
+      if (layer != nullptr && layer->fp32) {
+        precision = kernels::Precision::kFp32;
+        layer = nullptr;
+      }
+      const std::vector<float>* scales = layer == nullptr ? nullptr : &layer->scales;
+      packed_.push_back(kernels::PackSubBlock(
+          sub.desc, WeightsOf(sub), residuals.data(), static_cast<int>(residuals.size()), precision,
+          scales == nullptr ? nullptr : scales->data(), step.input_nonnegative));
       workspace = std::max(workspace, kernels::PackedSubBlockWorkspaceFloats(packed_.back()));
     }
     // One workspace per part (separate allocations: no false sharing between threads).
@@ -155,8 +162,9 @@ absl::Status CpuBackend::Run(const FeatureBatch& input, BackendOutput* output) {
     geometry.in_lengths = lengths_of(step.in_set);
     geometry.out_lengths = lengths_of(step.out_set);
     if (options_.cpu_step_observer != nullptr) {
-      options_.cpu_step_observer->BeforeStep(
-          CpuStepView{step.block, step.sub_block, &sub, x, residual_x_.data(), geometry});
+      options_.cpu_step_observer->BeforeStep(CpuStepView{step.block, step.sub_block, &sub, x,
+                                                         step.input_nonnegative, residual_x_.data(),
+                                                         geometry});
     }
     if (use_reference_) {
       kernels::SubBlockReference(sub.desc, WeightsOf(sub), x, geometry, residual_inputs_.data(),

@@ -68,6 +68,8 @@ absl::StatusOr<ExecutionPlan> ExecutionPlan::Create(const Model& model) {
   };
   std::vector<int> set_of(num_blocks + 1, 0);  // activation -> its length set
   int set = 0;
+  // Whether the step writing `input` ends in a ReLU (the features: no).
+  bool input_nonnegative = false;
   for (int b = 0; b < num_blocks; ++b) {
     const int repeat = static_cast<int>(blocks[b].sub_blocks.size());
     PlanBuffer input = buffer_of(b);
@@ -81,6 +83,7 @@ absl::StatusOr<ExecutionPlan> ExecutionPlan::Create(const Model& model) {
       step.in_set = set;
       step.out_set = set + 1;
       step.input = input;
+      step.input_nonnegative = input_nonnegative;
       step.output =
           step.ends_block ? buffer_of(b + 1) : PlanBuffer{PlanBuffer::Kind::kScratch, j % 2};
       for (int source : sub.residual_sources) {
@@ -88,6 +91,7 @@ absl::StatusOr<ExecutionPlan> ExecutionPlan::Create(const Model& model) {
         step.residual_sets.push_back(set_of[source + 1]);
       }
       input = step.output;
+      input_nonnegative = sub.desc.activation == kernels::Activation::kRelu;
       ++set;
       plan.steps_.push_back(std::move(step));
     }
@@ -98,6 +102,7 @@ absl::StatusOr<ExecutionPlan> ExecutionPlan::Create(const Model& model) {
   decoder.sub = &model.decoder();
   decoder.in_set = decoder.out_set = set;
   decoder.input = buffer_of(num_blocks);
+  decoder.input_nonnegative = input_nonnegative;
   decoder.output = PlanBuffer{PlanBuffer::Kind::kLogits, 0};
   plan.steps_.push_back(std::move(decoder));
   return plan;

@@ -38,6 +38,9 @@ struct PlanStep {
   int in_set = 0;                       // length set of the input
   int out_set = 0;                      // length set of the output
   PlanBuffer input;
+  // The input is the previous step's output and that step ends in a ReLU: every value >= 0 (the
+  // INT8 depthwise conv then uses the unsigned grid: PackSubBlock's nonnegative_input).
+  bool input_nonnegative = false;
   PlanBuffer output;
   std::vector<PlanBuffer> residual_inputs;  // per sub->residual_sources[p]
   std::vector<int> residual_sets;           // their length sets

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "engine/runtime/backend.h"
 #include "engine/runtime/cpu_backend.h"
 #include "engine/status_macros.h"
@@ -28,6 +29,9 @@ struct TensorStats {
 struct LayerStats {
   int block = 0;
   int sub_block = 0;
+  // A separable sub-block's depthwise input is a ReLU's output: its scale is chosen for the
+  // unsigned grid's 255 steps (kernels: PackSubBlock's nonnegative_input).
+  bool depthwise_input_unsigned = false;
   // A_main, each residual input, then (separable) the depthwise input
   std::vector<TensorStats> tensors;
 };
@@ -87,6 +91,7 @@ class StatsObserver final : public CpuStepObserver {
     LayerStats l;
     l.block = s.block;
     l.sub_block = s.sub_block;
+    l.depthwise_input_unsigned = s.sub->desc.separable && s.x_nonnegative;
     l.tensors.resize(1 + s.sub->residual_channels.size() + (s.sub->desc.separable ? 1 : 0));
     layers_.push_back(std::move(l));
     return layers_.back();
@@ -116,7 +121,68 @@ class StatsObserver final : public CpuStepObserver {
 
 }  // namespace
 
-float ChooseInt8Scale(const std::vector<double>& histogram, float max_abs) {
+double MultiplyAddsPerFrame(const FoldedSubBlock& sub) {
+  double n = static_cast<double>(sub.depthwise.size()) + static_cast<double>(sub.weight.size());
+  for (const std::vector<float>& w : sub.residual_weights) n += static_cast<double>(w.size());
+  return n;
+}
+
+absl::Status Int8Calibrator::SelectFp32SubBlocks(const Int8CalibrationOptions& mixed,
+                                                 Int8Calibration* calibration) {
+  // Each layer's share of the model's multiply-adds per output frame.
+  std::vector<double> share;
+  double total = 0.0;
+  for (const Int8SubBlockScales& l : calibration->layers) {
+    const FoldedSubBlock& sub =
+        l.block < 0 ? model_->decoder() : model_->blocks()[l.block].sub_blocks[l.sub_block];
+    share.push_back(MultiplyAddsPerFrame(sub));
+    total += share.back();
+  }
+  for (double& v : share) v = total > 0.0 ? v / total : 0.0;
+  auto name = [](const Int8SubBlockScales& l) {
+    return l.block < 0 ? std::string("decoder")
+                       : absl::StrCat("block ", l.block, " sub-block ", l.sub_block);
+  };
+  auto log = [&mixed](const std::string& line) {
+    if (mixed.log) mixed.log(line);
+  };
+  log(absl::StrFormat("all sub-blocks INT8: %.3f %% of frames agree with FP32",
+                      100.0 * calibration->frame_agreement));
+  double used = 0.0;
+  for (int round = 1;; ++round) {
+    int best = -1;
+    double best_agreement = calibration->frame_agreement;
+    std::string tried;
+    for (std::size_t i = 0; i < calibration->layers.size(); ++i) {
+      Int8SubBlockScales& l = calibration->layers[i];
+      if (l.fp32 || used + share[i] > mixed.max_fp32_share + 1e-12) continue;
+      l.fp32 = true;
+      absl::StatusOr<double> a = FrameAgreement(*calibration);
+      l.fp32 = false;
+      if (!a.ok()) return a.status();
+      absl::StrAppend(&tried, tried.empty() ? "" : ", ", name(l),
+                      absl::StrFormat(" %.3f", 100.0 * *a));
+      if (*a > best_agreement) {
+        best_agreement = *a;
+        best = static_cast<int>(i);
+      }
+    }
+    if (!tried.empty()) log(absl::StrCat("round ", round, ", adding one in FP32: ", tried));
+    if (best < 0 || best_agreement - calibration->frame_agreement < mixed.min_gain) break;
+    calibration->layers[best].fp32 = true;
+    used += share[best];
+    calibration->frame_agreement = best_agreement;
+    log(absl::StrFormat("kept %s in FP32 (%.2f %% of the multiply-adds): %.3f %% agree",
+                        name(calibration->layers[best]), 100.0 * share[best],
+                        100.0 * best_agreement));
+  }
+  log(absl::StrFormat("%d sub-block(s) in FP32, %.2f %% of the multiply-adds; %.3f %% agree",
+                      calibration->Fp32Count(), 100.0 * used,
+                      100.0 * calibration->frame_agreement));
+  return absl::OkStatus();
+}
+
+float ChooseInt8Scale(const std::vector<double>& histogram, float max_abs, int levels) {
   const int n = static_cast<int>(histogram.size());
   if (!(max_abs > 0.0f) || !std::isfinite(max_abs) || n == 0) return 1.0f;
   const double width = static_cast<double>(max_abs) / n;
@@ -124,7 +190,7 @@ float ChooseInt8Scale(const std::vector<double>& histogram, float max_abs) {
   int best = n;
   for (int j = std::max(1, n / 16); j <= n; ++j) {
     const double clip = j * width;
-    const double step = clip / 127.0;
+    const double step = clip / levels;
     double error = 0.0;
     for (int i = 0; i < n; ++i) {
       if (histogram[i] == 0.0) continue;
@@ -138,7 +204,7 @@ float ChooseInt8Scale(const std::vector<double>& histogram, float max_abs) {
       best = j;
     }
   }
-  return static_cast<float>(best * width / 127.0);
+  return static_cast<float>(best * width / levels);
 }
 
 Int8Calibrator::Int8Calibrator(std::shared_ptr<const Model> model, int cpu_threads)
@@ -156,41 +222,82 @@ absl::Status Int8Calibrator::AddUtterance(const std::vector<float>& features, in
   return absl::OkStatus();
 }
 
-absl::StatusOr<Int8Calibration> Int8Calibrator::Calibrate(double audio_seconds) {
-  if (utterances_.empty()) {
-    return absl::FailedPreconditionError("INT8 calibration needs at least one utterance");
-  }
-  const int feat_in = model_->config().feat_in;
+BackendOptions Int8Calibrator::Fp32Options() const {
   BackendOptions options;
   options.device = Device::kCpu;
   options.cpu_threads = cpu_threads_;
   options.cpu_precision = kernels::Precision::kFp32;
   options.max_batch = 1;
   options.max_feature_frames = *std::max_element(frames_.begin(), frames_.end());
-  // Runs every utterance through `backend`; `each(u, output)` after each.
-  auto run_all = [&](Backend& backend, auto each) -> absl::Status {
-    BackendOutput output;
-    for (std::size_t u = 0; u < utterances_.size(); ++u) {
-      const FeatureBatch batch{utterances_[u].data(), 1, frames_[u], feat_in, &frames_[u]};
-      JASPER_RETURN_IF_ERROR(backend.Run(batch, &output));
-      each(u, output);
-    }
-    return absl::OkStatus();
-  };
-  auto ignore = [](std::size_t, const BackendOutput&) {};
+  return options;
+}
 
+absl::Status Int8Calibrator::RunAll(
+    Backend& backend, const std::function<void(std::size_t, const BackendOutput&)>& each) const {
+  const int feat_in = model_->config().feat_in;
+  BackendOutput output;
+  for (std::size_t u = 0; u < utterances_.size(); ++u) {
+    const FeatureBatch batch{utterances_[u].data(), 1, frames_[u], feat_in, &frames_[u]};
+    JASPER_RETURN_IF_ERROR(backend.Run(batch, &output));
+    each(u, output);
+  }
+  return absl::OkStatus();
+}
+
+void Int8Calibrator::KeepReference(std::size_t u, const BackendOutput& out) {
+  if (reference_.size() < utterances_.size()) reference_.resize(utterances_.size());
+  reference_[u].assign(out.ids.begin(), out.ids.begin() + out.lengths[0]);
+}
+
+absl::StatusOr<double> Int8Calibrator::FrameAgreement(const Int8Calibration& calibration) {
+  if (utterances_.empty()) {
+    return absl::FailedPreconditionError("the INT8 check needs at least one utterance");
+  }
+  if (!kernels::HasInt8Gemm()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the INT8 check needs AMX-INT8 or AVX-512 VNNI (", kernels::DescribeCpuFeatures(), ")"));
+  }
+  JASPER_RETURN_IF_ERROR(CheckInt8Calibration(calibration, *model_));
+  if (reference_.size() != utterances_.size()) {
+    JASPER_ASSIGN_OR_RETURN(std::unique_ptr<Backend> fp32, CreateCpuBackend(model_, Fp32Options()));
+    JASPER_RETURN_IF_ERROR(
+        RunAll(*fp32, [this](std::size_t u, const BackendOutput& out) { KeepReference(u, out); }));
+  }
+  BackendOptions options = Fp32Options();
+  options.cpu_precision = kernels::Precision::kInt8;
+  options.int8_calibration = std::make_shared<const Int8Calibration>(calibration);
+  JASPER_ASSIGN_OR_RETURN(std::unique_ptr<Backend> int8, CreateCpuBackend(model_, options));
+  std::size_t same = 0, total = 0;
+  JASPER_RETURN_IF_ERROR(RunAll(*int8, [&](std::size_t u, const BackendOutput& out) {
+    for (std::size_t t = 0; t < reference_[u].size(); ++t) {
+      same += out.ids[t] == reference_[u][t];
+      ++total;
+    }
+  }));
+  return total > 0 ? static_cast<double>(same) / total : 1.0;
+}
+
+absl::StatusOr<Int8Calibration> Int8Calibrator::Calibrate(double audio_seconds,
+                                                          const Int8CalibrationOptions& mixed) {
+  if (!(mixed.max_fp32_share >= 0.0 && mixed.max_fp32_share <= 1.0) ||
+      !(mixed.min_gain >= 0.0 && mixed.min_gain <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("INT8 calibration: max_fp32_share (",
+                                                   mixed.max_fp32_share, ") and min_gain (",
+                                                   mixed.min_gain, ") must lie in [0, 1]"));
+  }
+  if (utterances_.empty()) {
+    return absl::FailedPreconditionError("INT8 calibration needs at least one utterance");
+  }
   StatsObserver observer;
-  // The FP32 greedy tokens for the check, kept from the second pass (the observer only reads).
-  std::vector<std::vector<int>> reference(utterances_.size());
   {
-    BackendOptions observed = options;
+    BackendOptions observed = Fp32Options();
     observed.cpu_step_observer = &observer;
     JASPER_ASSIGN_OR_RETURN(std::unique_ptr<Backend> fp32, CreateCpuBackend(model_, observed));
-    JASPER_RETURN_IF_ERROR(run_all(*fp32, ignore));
+    JASPER_RETURN_IF_ERROR(RunAll(*fp32, [](std::size_t, const BackendOutput&) {}));
     observer.set_histogram_pass(true);
-    JASPER_RETURN_IF_ERROR(run_all(*fp32, [&](std::size_t u, const BackendOutput& out) {
-      reference[u].assign(out.ids.begin(), out.ids.begin() + out.lengths[0]);
-    }));
+    // The FP32 greedy tokens for the check, kept from the second pass (the observer only reads).
+    JASPER_RETURN_IF_ERROR(
+        RunAll(*fp32, [this](std::size_t u, const BackendOutput& out) { KeepReference(u, out); }));
   }
   Int8Calibration calibration;
   calibration.weights_fingerprint = WeightsFingerprint(*model_);
@@ -201,26 +308,20 @@ absl::StatusOr<Int8Calibration> Int8Calibrator::Calibrate(double audio_seconds) 
     Int8SubBlockScales s;
     s.block = l.block;
     s.sub_block = l.sub_block;
-    for (const TensorStats& t : l.tensors)
-      s.scales.push_back(ChooseInt8Scale(t.histogram, t.max_abs));
+    for (std::size_t i = 0; i < l.tensors.size(); ++i) {
+      const bool unsigned_grid = l.depthwise_input_unsigned && i + 1 == l.tensors.size();
+      s.scales.push_back(
+          ChooseInt8Scale(l.tensors[i].histogram, l.tensors[i].max_abs, unsigned_grid ? 255 : 127));
+    }
     calibration.layers.push_back(std::move(s));
   }
   JASPER_RETURN_IF_ERROR(CheckInt8Calibration(calibration, *model_));
   if (!kernels::HasInt8Gemm()) return calibration;
 
-  // The check: greedy tokens of INT8 against FP32 on the same utterances.
-  BackendOptions int8_options = options;
-  int8_options.cpu_precision = kernels::Precision::kInt8;
-  int8_options.int8_calibration = std::make_shared<const Int8Calibration>(calibration);
-  JASPER_ASSIGN_OR_RETURN(std::unique_ptr<Backend> int8, CreateCpuBackend(model_, int8_options));
-  std::size_t same = 0, total = 0;
-  JASPER_RETURN_IF_ERROR(run_all(*int8, [&](std::size_t u, const BackendOutput& out) {
-    for (std::size_t t = 0; t < reference[u].size(); ++t) {
-      same += out.ids[t] == reference[u][t];
-      ++total;
-    }
-  }));
-  calibration.frame_agreement = total > 0 ? static_cast<double>(same) / total : 1.0;
+  // The check, all in INT8, then the selection of the sub-blocks kept in FP32.
+  JASPER_ASSIGN_OR_RETURN(calibration.frame_agreement_all_int8, FrameAgreement(calibration));
+  calibration.frame_agreement = calibration.frame_agreement_all_int8;
+  JASPER_RETURN_IF_ERROR(SelectFp32SubBlocks(mixed, &calibration));
   return calibration;
 }
 

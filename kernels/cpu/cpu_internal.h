@@ -163,8 +163,9 @@ void DepthwiseInt8Tile(const PackedSubBlock& p, const float* xb, int in_len, Ind
                        int frames, std::uint8_t* scratch, const Int8AStage& out);
 std::size_t Int8DepthwiseScratchBytes(const SubBlockDesc& desc);
 // Packs the depthwise weights for kInt8 (the depthwise_* fields of sub_block.h) with the
-// depthwise input's activation scale (finite, > 0).
-void PackInt8Depthwise(const float* depthwise, float input_scale, PackedSubBlock* p);
+// depthwise input's activation scale (finite, > 0), on the unsigned grid when `unsigned_input`.
+void PackInt8Depthwise(const float* depthwise, float input_scale, bool unsigned_input,
+                       PackedSubBlock* p);
 
 // Where the BF16 GEMM of a separable p takes its A for W_main: row r of the tile at a + r * ld
 // (ld = p.c_in_pad BF16 values; columns past C_in zero). A caller that writes those rows itself

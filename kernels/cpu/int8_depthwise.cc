@@ -1,7 +1,10 @@
 // The INT8 depthwise stage of a kInt8 separable sub-block (sub_block.h: PackedSubBlock's
 // depthwise_int8 fields). Per tile of output frames:
 //   1. the window's input rows (and 3 x dilation more, for the last tap quad) are quantized with
-//      the depthwise input scale into unsigned bytes u = q + 128, masked rows as 128 (zero),
+//      the depthwise input scale into unsigned bytes u = q + 128, masked rows as 128 (zero); an
+//      input known to be non-negative (depthwise_in_unsigned: a ReLU's output) on the unsigned
+//      grid instead, u = clamp(round(x / scale), 0, 255), masked rows as 0, which halves the
+//      step for the same range and needs no correction (its weight sums are stored as 0);
 //      rows of C_in rounded up to 64 (a group of 4 channel blocks of 16). Within each group the
 //      bytes are lane-permuted: channel 16k + 4L + i (block k, i < 4) sits at byte
 //      16L + 4k + i. That is the order in which AVX-512's in-lane packs (vpackssdw, vpacksswb)
@@ -82,12 +85,18 @@ Index RowsBytes(const SubBlockDesc& d) {
 Scratch ScratchOf(const SubBlockDesc& d, U8* base) { return {base, base + RowsBytes(d)}; }
 
 // Step 1 for one row: channels [0, n) of src, as lane-permuted unsigned bytes; the rest of the
-// row's RowBytes(n) bytes 128.
+// row's RowBytes(n) bytes 128 (zero).
 void PermutedRowPortable(const float* src, int n, float inv, U8* dst) {
   std::memset(dst, 0x80, static_cast<std::size_t>(RowBytes(n)));
   for (int c = 0; c < n; ++c) {
     dst[PermutedByte(c)] = static_cast<U8>(static_cast<U8>(QuantizeInt8(src[c], inv)) ^ 0x80u);
   }
+}
+
+// The same for a non-negative input on the unsigned grid (QuantizeUint8); the rest 0 (zero).
+void PermutedRowUint8Portable(const float* src, int n, float inv, U8* dst) {
+  std::memset(dst, 0, static_cast<std::size_t>(RowBytes(n)));
+  for (int c = 0; c < n; ++c) dst[PermutedByte(c)] = QuantizeUint8(src[c], inv);
 }
 
 // Steps 2 for group g's 4 blocks: stacked[k][r][c][j] = rows[r + j * d][PermutedByte(64g +
@@ -155,12 +164,14 @@ JASPER_AVX512_TARGET void StackGroupAvx512(const U8* rows, Index row_bytes, int 
   }
 }
 
-// Step 1 with AVX-512: 64 channels per group, the 4 blocks' INT32 values packed in-lane
-// (saturation never applies: they are within [-127, 127]), which is the lane permutation.
-// Channels past n load as zeros, so they become 128.
+// Step 1 with AVX-512: 64 channels per group, the 4 blocks' INT32 values packed in-lane, which
+// is the lane permutation. Signed grid: values within [-127, 127] (saturation never applies),
+// flipped to q + 128; channels past n load as zeros, so they become 128. Unsigned grid
+// (kUnsigned): values in [0, 255] pack through INT16 (signed saturation, never reached) to
+// unsigned bytes (vpackuswb, the same in-lane order); channels past n stay 0.
+template <bool kUnsigned>
 JASPER_AVX512_TARGET void PermutedRowAvx512(const float* src, int n, float inv, U8* dst) {
   const __m512 scale = _mm512_set1_ps(inv);
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   const __mmask16 all = 0xffff;
   for (int c = 0; c < n; c += kGroup) {
     __m512i q[4];
@@ -169,20 +180,25 @@ JASPER_AVX512_TARGET void PermutedRowAvx512(const float* src, int n, float inv, 
       const __mmask16 m = c0 + 16 <= n ? all
                           : c0 >= n    ? static_cast<__mmask16>(0)
                                        : static_cast<__mmask16>((1u << (n - c0)) - 1u);
-      q[k] = QuantizeLanesAvx512(_mm512_maskz_loadu_ps(m, src + c0), scale);
+      const __m512 v = _mm512_maskz_loadu_ps(m, src + c0);
+      q[k] = kUnsigned ? QuantizeLanesUint8Avx512(v, scale) : QuantizeLanesAvx512(v, scale);
     }
-    const __m512i bytes =
-        _mm512_packs_epi16(_mm512_packs_epi32(q[0], q[1]), _mm512_packs_epi32(q[2], q[3]));
-    _mm512_storeu_si512(dst + c, _mm512_xor_si512(bytes, flip));
+    const __m512i words01 = _mm512_packs_epi32(q[0], q[1]);
+    const __m512i words23 = _mm512_packs_epi32(q[2], q[3]);
+    const __m512i bytes = kUnsigned ? _mm512_packus_epi16(words01, words23)
+                                    : _mm512_xor_si512(_mm512_packs_epi16(words01, words23),
+                                                       _mm512_set1_epi8(static_cast<char>(0x80)));
+    _mm512_storeu_si512(dst + c, bytes);
   }
 }
 #endif
 
 using QuantizeRowFn = void (*)(const float* src, int n, float inv, U8* dst);
 
-// Step 1: rows [0, count) of the utterance's input from row `first` on, as bytes.
+// Step 1: rows [0, count) of the utterance's input from row `first` on, as bytes; rows outside
+// the utterance as `zero` (the grid's zero: 128 signed, 0 unsigned).
 void QuantizeRows(const float* xb, int in_len, Index first, Index count, int channels, float inv,
-                  QuantizeRowFn quantize, U8* rows) {
+                  QuantizeRowFn quantize, U8 zero, U8* rows) {
   const Index row_bytes = RowBytes(channels);
   for (Index r = 0; r < count; ++r) {
     U8* dst = rows + r * row_bytes;
@@ -190,7 +206,7 @@ void QuantizeRows(const float* xb, int in_len, Index first, Index count, int cha
     if (src >= 0 && src < in_len) {
       quantize(xb + src * channels, channels, inv, dst);
     } else {
-      std::memset(dst, 0x80, static_cast<std::size_t>(row_bytes));
+      std::memset(dst, zero, static_cast<std::size_t>(row_bytes));
     }
   }
 }
@@ -397,12 +413,14 @@ std::size_t Int8DepthwiseScratchBytes(const SubBlockDesc& desc) {
   return static_cast<std::size_t>(RowsBytes(desc) + 4 * (WindowMax(desc) + kOverRead) * kQuadBytes);
 }
 
-void PackInt8Depthwise(const float* depthwise, float input_scale, PackedSubBlock* p) {
+void PackInt8Depthwise(const float* depthwise, float input_scale, bool unsigned_input,
+                       PackedSubBlock* p) {
   const int taps = p->desc.kernel_size;
   const int channels = p->desc.in_channels;
   const int quads = Quads(taps);
   const int blocks = Blocks(channels);
   p->depthwise_in_scale = input_scale;
+  p->depthwise_in_unsigned = unsigned_input;
   p->depthwise_int8.assign(static_cast<std::size_t>(blocks) * quads * kQuadBytes, 0);
   p->depthwise_dequant.assign(static_cast<std::size_t>(blocks) * kBlock, 0.0f);
   p->depthwise_int8_sums.assign(static_cast<std::size_t>(blocks) * kBlock, 0);
@@ -422,7 +440,8 @@ void PackInt8Depthwise(const float* depthwise, float input_scale, PackedSubBlock
       p->depthwise_int8[static_cast<std::size_t>(at)] = q;
       sum += q;
     }
-    p->depthwise_int8_sums[c] = sum;
+    // The unsigned grid has its zero at 0: nothing to subtract.
+    p->depthwise_int8_sums[c] = unsigned_input ? 0 : sum;
   }
 }
 
@@ -435,19 +454,20 @@ void DepthwiseInt8Tile(const PackedSubBlock& p, const float* xb, int in_len, Ind
   const Index window = WindowRows(d, frames);
   const Index row_bytes = RowBytes(channels);
   const Scratch s = ScratchOf(d, scratch);
-  QuantizeRowFn quantize = PermutedRowPortable;
+  const bool u8 = p.depthwise_in_unsigned;
+  QuantizeRowFn quantize = u8 ? PermutedRowUint8Portable : PermutedRowPortable;
   auto stack = StackGroupPortable;
 #if JASPER_X86_DISPATCH
   const bool vnni = UseVnni();
   const bool s1 = d.stride == 1 && d.dilation == 1;
   stack = StackGroupSse2;
   if (ActiveCpuIsa() >= CpuIsa::kAvx512) {
-    quantize = PermutedRowAvx512;
+    quantize = u8 ? PermutedRowAvx512<true> : PermutedRowAvx512<false>;
     stack = StackGroupAvx512;
   }
 #endif
   QuantizeRows(xb, in_len, first, window + 3 * static_cast<Index>(d.dilation), channels,
-               1.0f / p.depthwise_in_scale, quantize, s.rows);
+               1.0f / p.depthwise_in_scale, quantize, u8 ? 0 : 0x80, s.rows);
   for (int cb = 0; cb < blocks; ++cb) {
     if (cb % 4 == 0) stack(s.rows, row_bytes, cb / 4, window, d.dilation, s.stacked);
     BlockArgs a;

@@ -1,6 +1,8 @@
 // INT8 quantization of activations, shared by the INT8 GEMM (int8_gemm.cc) and the INT8
 // depthwise conv (int8_depthwise.cc): q = clamp(round_half_even(v * inv_scale), -127, 127),
-// NaN -> -127, stored signed or, for vpdpbusd's unsigned operand, as q + 128. The portable and
+// NaN -> -127, stored signed or, for vpdpbusd's unsigned operand, as q + 128; a tensor known
+// to be non-negative (the depthwise input after a ReLU) as u = clamp(round_half_even(v *
+// inv_scale), 0, 255), NaN -> 0. The portable and
 // the AVX-512 forms give the same bytes. Not a public interface: include only from
 // kernels/cpu/*.cc. Thread-safety: reentrant.
 #ifndef JASPER_KERNELS_CPU_INT8_QUANTIZE_H_
@@ -22,6 +24,15 @@ inline std::int8_t QuantizeInt8(float v, float inv) {
   if (!(s >= -127.0f)) s = -127.0f;
   if (s > 127.0f) s = 127.0f;
   return static_cast<std::int8_t>(std::nearbyint(s));
+}
+
+// A non-negative tensor (a ReLU's output) on the unsigned grid: u = clamp(round_half_even(v *
+// inv_scale), 0, 255), NaN -> 0; twice the steps of the signed grid over the same range.
+inline std::uint8_t QuantizeUint8(float v, float inv) {
+  float s = v * inv;
+  if (!(s >= 0.0f)) s = 0.0f;
+  if (s > 255.0f) s = 255.0f;
+  return static_cast<std::uint8_t>(std::nearbyint(s));
 }
 
 // src[0, n) into dst; returns n.
@@ -47,6 +58,16 @@ JASPER_AVX512_TARGET inline __m512i QuantizeLanesAvx512(__m512 v, __m512 inv) {
       zero_ps, all,
       _mm512_mask_max_ps(zero_ps, all, _mm512_mul_ps(v, inv), _mm512_set1_ps(-127.0f)),
       _mm512_set1_ps(127.0f));
+  return _mm512_mask_cvtps_epi32(_mm512_setzero_si512(), all, clamped);
+}
+
+// 16 lanes: round_half_even(clamp(v * inv, 0, 255)) as INT32 (QuantizeUint8; NaN -> 0).
+JASPER_AVX512_TARGET inline __m512i QuantizeLanesUint8Avx512(__m512 v, __m512 inv) {
+  const __mmask16 all = 0xffff;
+  const __m512 zero_ps = _mm512_setzero_ps();
+  const __m512 clamped = _mm512_mask_min_ps(
+      zero_ps, all, _mm512_mask_max_ps(zero_ps, all, _mm512_mul_ps(v, inv), zero_ps),
+      _mm512_set1_ps(255.0f));
   return _mm512_mask_cvtps_epi32(_mm512_setzero_si512(), all, clamped);
 }
 

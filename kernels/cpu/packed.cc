@@ -326,7 +326,7 @@ T* Region(float* base, Index offset) {
 
 PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& weights,
                             const ResidualInput* residuals, int num_residuals, Precision precision,
-                            const float* int8_input_scales) {
+                            const float* int8_input_scales, bool nonnegative_input) {
   PackedSubBlock p;
   p.desc = desc;
   p.precision = precision;
@@ -354,7 +354,9 @@ PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& wei
     if (p.valid && desc.separable) {
       const float dw_scale = int8_input_scales[1 + num_residuals];
       p.valid = std::isfinite(dw_scale) && dw_scale > 0.0f;
-      if (p.valid) cpu_internal::PackInt8Depthwise(weights.depthwise, dw_scale, &p);
+      if (p.valid) {
+        cpu_internal::PackInt8Depthwise(weights.depthwise, dw_scale, nonnegative_input, &p);
+      }
     }
     return p;
   }
