@@ -70,6 +70,20 @@ void ExpectBuffersHoldWhatIsRead(const Model& model, const ExecutionPlan& plan) 
   }
 }
 
+// A step's input is non-negative exactly when it is the previous step's output and that step
+// ends in a ReLU; the features (step 0's input) are not.
+void ExpectNonNegativeInputsMarked(const ExecutionPlan& plan) {
+  const std::vector<PlanStep>& steps = plan.steps();
+  ASSERT_FALSE(steps.empty());
+  EXPECT_FALSE(steps[0].input_nonnegative);
+  for (std::size_t i = 1; i < steps.size(); ++i) {
+    EXPECT_TRUE(steps[i].input == steps[i - 1].output) << i;
+    EXPECT_EQ(steps[i].input_nonnegative,
+              steps[i - 1].sub->desc.activation == kernels::Activation::kRelu)
+        << i;
+  }
+}
+
 TEST(ExecutionPlanTest, SeparableModelWalk) {
   auto model = BuildModel(test_util::SeparableConfig(), 1);
   ASSERT_NE(model, nullptr);
@@ -83,6 +97,8 @@ TEST(ExecutionPlanTest, SeparableModelWalk) {
   // Each block reads only its predecessor: two slots suffice.
   EXPECT_LE(plan->num_slots(), 2);
   ExpectBuffersHoldWhatIsRead(*model, *plan);
+  ExpectNonNegativeInputsMarked(*plan);
+  EXPECT_TRUE(plan->steps().back().input_nonnegative);  // the decoder reads a ReLU's output
 }
 
 TEST(ExecutionPlanTest, DenseResidualKeepsEveryPaneLive) {
@@ -93,6 +109,7 @@ TEST(ExecutionPlanTest, DenseResidualKeepsEveryPaneLive) {
   EXPECT_GE(plan->max_residuals(), 3);
   EXPECT_GE(plan->num_slots(), 3);
   ExpectBuffersHoldWhatIsRead(*model, *plan);
+  ExpectNonNegativeInputsMarked(*plan);
 }
 
 TEST(ExecutionPlanTest, ShapesFollowConvOutputLength) {
