@@ -146,8 +146,9 @@ using AlignedFloats = std::vector<float, CacheLineAllocator<float>>;
 //   a_scale[0], A_res_p with a_scale[1 + p] (calibrated once per model: q = clamp(round(a /
 //   a_scale), -127, 127)), accumulates each weight group's products in INT32 and adds them to
 //   the FP32 result times dequant[group][column] = a_scale[group] * w_scale[group][column].
-//   Separable: the depthwise conv runs in INT8 too: the input quantized per tensor with
-//   depthwise_in_scale, the weights per channel (max |w| / 127 over the taps) in
+//   Separable: the depthwise conv runs in INT8 too: the input quantized per channel with
+//   depthwise_in_scales (the calibration's per-tensor scale for every channel, or its
+//   per-channel scales where it has them), the weights per channel (max |w| / 127 over the taps) in
 //   depthwise_int8[C_in/16][ceil(K/4)][16][4] (quads of taps per channel, taps past K zero),
 //   INT32 sums dequantized per channel (depthwise_dequant = input scale x weight scale) to the
 //   FP32 values the GEMM takes as A_main, which the depthwise stage quantizes with a_scale[0] at
@@ -175,9 +176,10 @@ struct PackedSubBlock {
   std::vector<std::int32_t, CacheLineAllocator<std::int32_t>> b_int8_col_sums;
   // kInt8 separable only (channels rounded up to 16; the VNNI depthwise reads its input as
   // unsigned, q + 128, and subtracts 128 x depthwise_int8_sums; with depthwise_in_unsigned the
-  // input, known to be non-negative, is quantized to u = clamp(round(x / depthwise_in_scale),
+  // input, known to be non-negative, is quantized to u = clamp(round(x / depthwise_in_scales[c]),
   // 0, 255) and the sums are 0):
-  float depthwise_in_scale = 0.0f;
+  std::vector<float> depthwise_in_scales;  // [C_in]
+  AlignedFloats depthwise_in_inv;          // [C_in rounded up to 64]: 1 / scale, 0 past C_in
   bool depthwise_in_unsigned = false;
   std::vector<std::int8_t, CacheLineAllocator<std::int8_t>> depthwise_int8;
   AlignedFloats depthwise_dequant;
@@ -202,14 +204,18 @@ struct PackedSubBlock {
 // invalid block without them. `nonnegative_input`: the caller guarantees x >= 0 (it is a ReLU's
 // output); kInt8 then quantizes the depthwise input on the unsigned grid [0, 255] with the same
 // scale (a negative x would be clipped to 0), so a scale chosen for 255 steps halves the step.
-// The other precisions ignore it. It runs on AMX INT8 tiles at kAmx, on AVX-512 VNNI (vpdpbusd) at
+// The other precisions ignore it. `depthwise_channel_scales` (kInt8 separable; may be null): C_in
+// finite positive scales of the depthwise input, one per channel, used instead of the per-tensor
+// one (which must still be given); each channel's dequantization takes its own, so they cost
+// nothing at run time. It runs on AMX INT8 tiles at kAmx, on AVX-512 VNNI (vpdpbusd) at
 // kAvx512 where the CPU has it, else on portable loops with the same quantization and the same
 // bits (kernels::HasInt8Gemm()).
 PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& weights,
                             const ResidualInput* residuals, int num_residuals,
                             Precision precision = Precision::kFp32,
                             const float* int8_input_scales = nullptr,
-                            bool nonnegative_input = false);
+                            bool nonnegative_input = false,
+                            const float* depthwise_channel_scales = nullptr);
 
 // Workspace floats FusedSubBlockCpuPacked needs for `packed` (independent of the batch).
 std::size_t PackedSubBlockWorkspaceFloats(const PackedSubBlock& packed);

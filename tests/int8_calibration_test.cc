@@ -42,7 +42,8 @@ Int8Calibration Sample() {
   c.audio_seconds = 12.5;
   c.frame_agreement = 0.975;
   c.frame_agreement_all_int8 = 0.96;
-  c.layers = {{0, 0, {0.125f}}, {1, 1, {0.0306f, 1e-7f}, true}, {-1, 0, {3.4e38f}}};
+  c.layers = {
+      {0, 0, {0.125f}}, {1, 1, {0.0306f, 1e-7f}, true, {0.5f, 1e-30f, 3e38f}}, {-1, 0, {3.4e38f}}};
   return c;
 }
 
@@ -62,6 +63,7 @@ TEST(Int8CalibrationFileTest, RoundTripsExactly) {
     EXPECT_EQ(back->layers[i].sub_block, c.layers[i].sub_block);
     EXPECT_EQ(back->layers[i].scales, c.layers[i].scales);  // bit-exact floats
     EXPECT_EQ(back->layers[i].fp32, c.layers[i].fp32);
+    EXPECT_EQ(back->layers[i].depthwise_channel_scales, c.layers[i].depthwise_channel_scales);
   }
   EXPECT_EQ(back->Fp32Count(), 1);
   ASSERT_NE(back->FindLayer(1, 1), nullptr);
@@ -69,14 +71,20 @@ TEST(Int8CalibrationFileTest, RoundTripsExactly) {
   // A file without the optional fields (as written before mixed precision) reads as all INT8.
   std::string old = Int8CalibrationToJson(c);
   old.erase(old.find(", \"fp32\": true"), 14);
+  const std::size_t dw = old.find(",\n   \"depthwise_channel_scales\"");
+  ASSERT_NE(dw, std::string::npos) << old;
+  old.erase(dw, old.find(']', dw) + 1 - dw);
   const std::size_t line = old.find(" \"frame_agreement_all_int8\"");
   old.erase(line, old.find('\n', line) + 1 - line);
   absl::StatusOr<Int8Calibration> older = ParseInt8Calibration(old);
   ASSERT_TRUE(older.ok()) << older.status() << old;
   EXPECT_EQ(older->Fp32Count(), 0);
-  std::string version1 = old;
-  version1.replace(version1.find("\"version\": 2"), 12, "\"version\": 1");
-  EXPECT_TRUE(ParseInt8Calibration(version1).ok()) << version1;
+  EXPECT_TRUE(older->FindLayer(1, 1)->depthwise_channel_scales.empty());  // per tensor
+  for (const char* version : {"\"version\": 1", "\"version\": 2"}) {
+    std::string earlier = old;
+    earlier.replace(earlier.find("\"version\": 3"), 12, version);
+    EXPECT_TRUE(ParseInt8Calibration(earlier).ok()) << earlier;
+  }
   EXPECT_EQ(older->frame_agreement_all_int8, -1.0);
   ASSERT_NE(back->Find(-1, 0), nullptr);
   EXPECT_EQ(back->Find(-1, 0)->size(), 1u);
@@ -96,8 +104,8 @@ TEST(Int8CalibrationFileTest, RejectsMalformedFiles) {
       "[]",
       "{",
       replaced("jasper-int8-calibration", "something-else"),
-      replaced("\"version\": 2", "\"version\": 3"),
-      replaced("\"version\": 2", "\"version\": 0"),
+      replaced("\"version\": 3", "\"version\": 4"),
+      replaced("\"version\": 3", "\"version\": 0"),
       replaced("\"weights_fingerprint\": \"0123456789abcdef\"", "\"weights_fingerprint\": 7"),
       replaced("\"layers\": [", "\"layers\": 5, \"x\": ["),
       replaced("[0.125]", "[]"),
@@ -108,6 +116,14 @@ TEST(Int8CalibrationFileTest, RejectsMalformedFiles) {
       replaced("\"sub_block\": 0, \"scales\": [0.125]", "\"scales\": [0.125]"),
       replaced("\"fp32\": true", "\"fp32\": 1"),
       replaced("\"fp32\": true", "\"fp32\": \"yes\""),
+      replaced("\"depthwise_channel_scales\": [0.5", "\"depthwise_channel_scales\": [-0.5"),
+      replaced("\"depthwise_channel_scales\": [0.5", "\"depthwise_channel_scales\": [0"),
+      replaced("\"depthwise_channel_scales\": [0.5", "\"depthwise_channel_scales\": [\"0.5\""),
+      replaced("\"depthwise_channel_scales\": [0.5", "\"depthwise_channel_scales\": [1e-50"),
+      replaced("\"depthwise_channel_scales\": [0.5, 1e-30, 3.00000001e+38]",
+               "\"depthwise_channel_scales\": []"),
+      replaced("\"depthwise_channel_scales\": [0.5, 1e-30, 3.00000001e+38]",
+               "\"depthwise_channel_scales\": 0.5"),
   };
   for (const std::string& text : bad) {
     absl::StatusOr<Int8Calibration> parsed = ParseInt8Calibration(text);
@@ -160,9 +176,23 @@ TEST(Int8CalibratorTest, CalibratesEverySubBlockAndChecksItself) {
     std::size_t sub_blocks = 1;  // the decoder
     for (const FoldedBlock& b : model->blocks()) sub_blocks += b.sub_blocks.size();
     EXPECT_EQ(c->layers.size(), sub_blocks);
+    int separable = 0;
     for (const Int8SubBlockScales& l : c->layers) {
       for (float s : l.scales) EXPECT_TRUE(std::isfinite(s) && s > 0) << s;
+      // A separable sub-block's depthwise input has a scale per channel; the others none.
+      const FoldedSubBlock& sub =
+          l.block < 0 ? model->decoder() : model->blocks()[l.block].sub_blocks[l.sub_block];
+      ASSERT_EQ(l.depthwise_channel_scales.size(),
+                sub.desc.separable ? static_cast<std::size_t>(sub.desc.in_channels) : 0u);
+      for (float s : l.depthwise_channel_scales) EXPECT_TRUE(std::isfinite(s) && s > 0) << s;
+      if (sub.desc.separable) {
+        ++separable;
+        const auto [lo, hi] = std::minmax_element(l.depthwise_channel_scales.begin(),
+                                                  l.depthwise_channel_scales.end());
+        EXPECT_LT(*lo, *hi);  // random data: each channel its own range
+      }
     }
+    EXPECT_EQ(separable > 0, config.blocks.front().separable);
     if (kernels::HasInt8Gemm()) {
       EXPECT_GE(c->frame_agreement, 0.5);  // random weights: close, not equal
       EXPECT_LE(c->frame_agreement, 1.0);
@@ -181,6 +211,26 @@ TEST(Int8CalibratorTest, CalibratesEverySubBlockAndChecksItself) {
     extra_scale.layers.front().scales.push_back(1.0f);
     EXPECT_EQ(CheckInt8Calibration(extra_scale, *model).code(),
               absl::StatusCode::kFailedPrecondition);
+    // Channel scales: one too many on a separable sub-block, any on the (dense) decoder.
+    Int8Calibration channels = *c;
+    if (separable > 0) {
+      channels.layers.front().depthwise_channel_scales.push_back(1.0f);
+      EXPECT_EQ(CheckInt8Calibration(channels, *model).code(),
+                absl::StatusCode::kFailedPrecondition);
+      channels = *c;
+    }
+    channels.layers.back().depthwise_channel_scales = {1.0f};
+    const absl::Status dense = CheckInt8Calibration(channels, *model);
+    EXPECT_EQ(dense.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(dense.message().find("not separable"), std::string::npos) << dense;
+    // Per tensor when asked: no channel scales, the method says which.
+    Int8CalibrationOptions per_tensor;
+    per_tensor.per_channel_depthwise = false;
+    absl::StatusOr<Int8Calibration> t = calibrator.Calibrate(5.4, per_tensor);
+    ASSERT_TRUE(t.ok()) << t.status();
+    for (const Int8SubBlockScales& l : t->layers) EXPECT_TRUE(l.depthwise_channel_scales.empty());
+    EXPECT_EQ(t->method.find("per channel"), std::string::npos) << t->method;
+    EXPECT_NE(c->method.find("per channel"), std::string::npos) << c->method;
   }
 }
 

@@ -12,7 +12,8 @@
 // to w_q[o] / 2. A separable sub-block's depthwise conv runs in INT8 as well (input scale s_x,
 // per-channel weight scale v_c), so each depthwise output a_c is off by at most
 //   e_c = sum over valid taps ( s_x/2 |dw_kc| + v_c/2 |x_kc| + s_x v_c / 4 )
-// before the GEMM quantizes it; that error, and the clipping it can cause against the scale of
+// before the GEMM quantizes it (with per-channel input scales, s_x is channel c's own); that
+// error, and the clipping it can cause against the scale of
 // the exact output (at most e_c more), adds sum_c 2 e_c (|w_co| + w_0[o]/2) per output.
 // Header-only: included by kernels_test.cc alone.
 #ifndef JASPER_TESTS_KERNELS_INT8_CHECK_H_
@@ -29,7 +30,10 @@ namespace jasper::kernels::int8_check {
 
 struct Int8Oracle {
   std::vector<float> scales;  // PackSubBlock's int8_input_scales
-  std::vector<float> bound;   // [batch, out_time, C_out]: the bound above (valid frames)
+  // PackSubBlock's depthwise_channel_scales (each channel's max / 127, or / 255 on the unsigned
+  // grid); empty unless asked for.
+  std::vector<float> channel_scales;
+  std::vector<float> bound;  // [batch, out_time, C_out]: the bound above (valid frames)
 };
 
 inline float ScaleOf(float max_abs) { return max_abs > 0.0f ? max_abs / 127.0f : 1.0f; }
@@ -37,11 +41,12 @@ inline float ScaleOf(float max_abs) { return max_abs > 0.0f ? max_abs / 127.0f :
 // residuals[p].x is the p-th residual input. x's frames past in_lengths and the residual inputs'
 // frames past out_lengths are masked (never read by the kernels, so never measured here).
 // `nonnegative_input`: x >= 0, packed for the unsigned grid; the depthwise input's scale is then
-// its max / 255 (the same bound with the finer step).
+// its max / 255 (the same bound with the finer step). `per_channel` (separable): the depthwise
+// input's scales per channel as well, each from that channel's valid frames.
 inline Int8Oracle MakeInt8Oracle(const SubBlockDesc& desc, const SubBlockWeights& w, const float* x,
                                  const BatchGeometry& g,
                                  const std::vector<ResidualInput>& residuals,
-                                 bool nonnegative_input = false) {
+                                 bool nonnegative_input = false, bool per_channel = false) {
   const int c_in = desc.in_channels;
   const int c_out = desc.out_channels;
   const int taps = desc.separable ? 1 : desc.kernel_size;
@@ -82,8 +87,21 @@ inline Int8Oracle MakeInt8Oracle(const SubBlockDesc& desc, const SubBlockWeights
       x_max = std::max(x_max, std::fabs(xb[i]));
     }
   }
-  if (desc.separable) {
-    o.scales.push_back(nonnegative_input ? (x_max > 0.0f ? x_max / 255.0f : 1.0f) : ScaleOf(x_max));
+  auto input_scale = [nonnegative_input](float m) {
+    return nonnegative_input ? (m > 0.0f ? m / 255.0f : 1.0f) : ScaleOf(m);
+  };
+  if (desc.separable) o.scales.push_back(input_scale(x_max));
+  if (desc.separable && per_channel) {
+    std::vector<float> channel_max(c_in, 0.0f);
+    for (int b = 0; b < g.batch; ++b) {
+      const float* xb = x + static_cast<std::size_t>(b) * g.in_time * c_in;
+      for (int t = 0; t < in_len(b); ++t) {
+        for (int c = 0; c < c_in; ++c) {
+          channel_max[c] = std::max(channel_max[c], std::fabs(xb[t * c_in + c]));
+        }
+      }
+    }
+    for (float m : channel_max) o.channel_scales.push_back(input_scale(m));
   }
 
   // Per column: weight scale, sum |w| and K of each group -> the constant terms; the half
@@ -140,7 +158,6 @@ inline Int8Oracle MakeInt8Oracle(const SubBlockDesc& desc, const SubBlockWeights
 
   // The INT8 depthwise's error e[b, t, c], through two depthwise reference runs: ones (valid
   // frames count taps) against s_x/2 |dw| + s_x v_c/4, and |x| against v_c/2.
-  const float s_x = o.scales.back();
   const int dw_taps = desc.kernel_size;
   std::vector<float> w_const(static_cast<std::size_t>(dw_taps) * c_in);
   std::vector<float> w_half(static_cast<std::size_t>(dw_taps) * c_in);
@@ -148,6 +165,7 @@ inline Int8Oracle MakeInt8Oracle(const SubBlockDesc& desc, const SubBlockWeights
     float v_max = 0.0f;
     for (int k = 0; k < dw_taps; ++k) v_max = std::max(v_max, std::fabs(w.depthwise[k * c_in + c]));
     const float v = v_max / 127.0f;
+    const float s_x = per_channel ? o.channel_scales[c] : o.scales.back();
     for (int k = 0; k < dw_taps; ++k) {
       w_const[k * c_in + c] = s_x / 2 * std::fabs(w.depthwise[k * c_in + c]) + s_x * v / 4;
       w_half[k * c_in + c] = v / 2;

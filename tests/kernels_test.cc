@@ -88,6 +88,9 @@ struct Case {
   // x >= 0 (as a ReLU's output): packed with PackSubBlock's nonnegative_input, which puts INT8's
   // depthwise input on the unsigned grid.
   bool nonnegative_input = false;
+  // Separable: the input's channels spread over 2^-6 .. 2 of its range, and INT8 packed with a
+  // depthwise input scale per channel (PackSubBlock's depthwise_channel_scales).
+  bool per_channel_scales = false;
 };
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
@@ -295,6 +298,11 @@ void RunCase(const Case& c) {
 
   std::vector<float> x = rng.Vector(static_cast<std::size_t>(c.batch) * c.in_time * c_in, 1.0f);
   if (c.nonnegative_input) x = Abs(std::move(x));
+  if (c.per_channel_scales) {
+    std::vector<float> gain(c_in);
+    for (float& f : gain) f = std::ldexp(1.0f, rng.Int(-6, 1));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] *= gain[i % c_in];
+  }
   Garble(x, c.batch, c.in_time, c_in, in_len);  // negative garbage too: masked rows are not read
   std::vector<float> depthwise;
   std::vector<float> weight;
@@ -402,12 +410,14 @@ void RunCase(const Case& c) {
       }
     }
     if (is_int8 && int8.scales.empty()) {
-      int8 = int8_check::MakeInt8Oracle(desc, w, x.data(), g, residuals, c.nonnegative_input);
+      int8 = int8_check::MakeInt8Oracle(desc, w, x.data(), g, residuals, c.nonnegative_input,
+                                        c.per_channel_scales);
       for (float bound : int8.bound) int8_limit.push_back(1.01 * double(bound) + tol);
     }
     const PackedSubBlock packed =
         PackSubBlock(desc, w, residuals.data(), static_cast<int>(residuals.size()), v.precision,
-                     is_int8 ? int8.scales.data() : nullptr, c.nonnegative_input);
+                     is_int8 ? int8.scales.data() : nullptr, c.nonnegative_input,
+                     is_int8 && c.per_channel_scales ? int8.channel_scales.data() : nullptr);
     ASSERT_TRUE(packed.valid);
     std::vector<const float*> res_ptrs;
     for (const auto& r : res_x) res_ptrs.push_back(r.data());
@@ -609,6 +619,20 @@ std::vector<Case> SpecialCases() {
     c.nonnegative_input = true;
     cases.push_back(c);
   }
+  // The INT8 depthwise input with a scale per channel, on either grid: strides, dilation, a
+  // stacked tile, odd channel counts, T = 1.
+  for (const char* name :
+       {"SepPrologueLike", "SepDilatedK33D2", "SepStackBatch9T300S2", "SepBatch33", "SepT1",
+        "SepPrologueLikeNonNegative", "SepDilatedK33D2NonNegative", "SepBatch33NonNegative",
+        "SepEvenK2D2NonNegative", "SepOutPaddedNonNegative"}) {
+    const auto it =
+        std::find_if(cases.begin(), cases.end(), [name](const Case& c) { return c.name == name; });
+    if (it == cases.end()) continue;  // PerChannelCasesExist counts them
+    Case c = *it;
+    c.name += "PerChannel";
+    c.per_channel_scales = true;
+    cases.push_back(c);
+  }
   return cases;
 }
 
@@ -620,8 +644,17 @@ INSTANTIATE_TEST_SUITE_P(Sweep, SubBlockSweepTest, testing::ValuesIn(SweepCases(
 // Every name the unsigned-grid copies are made from is a special case.
 TEST(SubBlockSpecialCasesTest, NonNegativeCasesExist) {
   int copies = 0;
-  for (const Case& c : SpecialCases()) copies += c.nonnegative_input ? 1 : 0;
+  for (const Case& c : SpecialCases()) {
+    copies += c.nonnegative_input && !c.per_channel_scales ? 1 : 0;
+  }
   EXPECT_EQ(copies, 12);
+}
+
+// Every name the per-channel copies are made from is a special case.
+TEST(SubBlockSpecialCasesTest, PerChannelCasesExist) {
+  int copies = 0;
+  for (const Case& c : SpecialCases()) copies += c.per_channel_scales ? 1 : 0;
+  EXPECT_EQ(copies, 10);
 }
 
 class SubBlockSpecialTest : public testing::TestWithParam<Case> {};
@@ -816,6 +849,8 @@ TEST(CpuPathTest, Avx512VnniInt8) {
   Case nonnegative = QuartzNetLike();
   nonnegative.nonnegative_input = true;
   RunCase(nonnegative);
+  nonnegative.per_channel_scales = true;
+  RunCase(nonnegative);
 }
 
 TEST(CpuPathTest, AmxInt8) {
@@ -826,6 +861,8 @@ TEST(CpuPathTest, AmxInt8) {
   RunCase(QuartzNetLike());
   Case nonnegative = QuartzNetLike();
   nonnegative.nonnegative_input = true;
+  RunCase(nonnegative);
+  nonnegative.per_channel_scales = true;
   RunCase(nonnegative);
 }
 
@@ -843,6 +880,26 @@ TEST(PackSubBlockTest, RejectsFp16AndInt8WithoutScales) {
   }
   const float scale = 0.5f;
   EXPECT_TRUE(PackSubBlock(d, weights, nullptr, 0, Precision::kInt8, &scale).valid);
+  // A separable sub-block's depthwise input scales per channel: each must be finite, > 0 and
+  // have a finite inverse.
+  SubBlockDesc sep = d;
+  sep.separable = true;
+  sep.kernel_size = 3;
+  sep.padding = 1;
+  const std::vector<float> dw(12, 0.25f);
+  const SubBlockWeights sep_weights{dw.data(), w.data(), nullptr};
+  const float two[] = {0.5f, 0.5f};
+  std::vector<float> channels(4, 0.125f);
+  EXPECT_TRUE(
+      PackSubBlock(sep, sep_weights, nullptr, 0, Precision::kInt8, two, false, channels.data())
+          .valid);
+  for (float bad : {0.0f, -1.0f, kNaN, std::numeric_limits<float>::infinity(), 1e-39f}) {
+    channels[3] = bad;
+    EXPECT_FALSE(
+        PackSubBlock(sep, sep_weights, nullptr, 0, Precision::kInt8, two, false, channels.data())
+            .valid)
+        << bad;
+  }
 }
 
 // INT8 clips activations beyond 127 steps and gives the same bits on every path: A = 1000 x

@@ -22,7 +22,10 @@ constexpr char kFormat[] = "jasper-int8-calibration";
 // step of the unsigned grid (its clip / 255). Version 1 files (clip / 127) are read too: the same
 // step on the unsigned grid clips nothing they did not. A reader of version 1 only refuses
 // version 2 instead of clipping those inputs at half their range.
-constexpr int kVersion = 2;
+// 3: a separable sub-block may carry its depthwise input's scales per channel
+// ("depthwise_channel_scales"); its per-tensor scale is still calibrated as before. A reader of
+// version 2 refuses version 3 rather than run below the recorded frame agreement.
+constexpr int kVersion = 3;
 constexpr int kOldestVersion = 1;
 
 absl::Status Invalid(const std::string& what) {
@@ -162,6 +165,19 @@ absl::StatusOr<Int8Calibration> ParseInt8Calibration(const std::string& json_tex
       }
       s.scales.push_back(static_cast<float>(v.get<double>()));
     }
+    if (auto dw = l.find("depthwise_channel_scales"); dw != l.end()) {
+      if (!dw->is_array() || dw->empty() || dw->size() > 65536) {
+        return Invalid(at + ": 'depthwise_channel_scales' must be an array of 1 to 65536 numbers");
+      }
+      for (const json& v : *dw) {
+        if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0.0 ||
+            !std::isfinite(static_cast<float>(v.get<double>())) ||
+            static_cast<float>(v.get<double>()) <= 0.0f) {
+          return Invalid(at + ": every depthwise channel scale must be a finite number > 0");
+        }
+        s.depthwise_channel_scales.push_back(static_cast<float>(v.get<double>()));
+      }
+    }
     if (auto fp32 = l.find("fp32"); fp32 != l.end()) {
       if (!fp32->is_boolean()) return Invalid(at + ": 'fp32' must be true or false");
       s.fp32 = fp32->get<bool>();
@@ -193,7 +209,17 @@ std::string Int8CalibrationToJson(const Int8Calibration& c) {
     for (std::size_t k = 0; k < l.scales.size(); ++k) {
       absl::StrAppend(&out, k == 0 ? "" : ", ", absl::StrFormat("%.9g", l.scales[k]));
     }
-    out += l.fp32 ? "], \"fp32\": true}" : "]}";
+    out += "]";
+    if (l.fp32) out += ", \"fp32\": true";
+    if (!l.depthwise_channel_scales.empty()) {
+      out += ",\n   \"depthwise_channel_scales\": [";
+      for (std::size_t k = 0; k < l.depthwise_channel_scales.size(); ++k) {
+        absl::StrAppend(&out, k == 0 ? "" : ", ",
+                        absl::StrFormat("%.9g", l.depthwise_channel_scales[k]));
+      }
+      out += "]";
+    }
+    out += "}";
   }
   out += "\n ]\n}\n";
   return out;
@@ -222,6 +248,17 @@ absl::Status CheckInt8Calibration(const Int8Calibration& calibration, const Mode
       status = absl::FailedPreconditionError(
           absl::StrCat(kInt8CalibrationFile, ": block ", block, " sub-block ", sub_block, " needs ",
                        expected, " scales, has ", scales == nullptr ? 0 : scales->size()));
+      return;
+    }
+    const std::size_t channels =
+        calibration.FindLayer(block, sub_block)->depthwise_channel_scales.size();
+    if (channels != 0 &&
+        (!s.desc.separable || channels != static_cast<std::size_t>(s.desc.in_channels))) {
+      status = absl::FailedPreconditionError(absl::StrCat(
+          kInt8CalibrationFile, ": block ", block, " sub-block ", sub_block, " has ", channels,
+          " depthwise channel scales; it needs ",
+          s.desc.separable ? absl::StrCat(s.desc.in_channels, " (one per input channel)")
+                           : std::string("none (it is not separable)")));
     }
   });
   return status;

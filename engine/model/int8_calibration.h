@@ -34,6 +34,10 @@ struct Int8SubBlockScales {
   // Run this sub-block in FP32 under --cpu_precision=int8 (its greedy tokens moved most when it
   // alone was quantized; Int8Calibrator's selection). JSON "fp32": true, absent when false.
   bool fp32 = false;
+  // A separable sub-block's depthwise input, one scale per input channel (C_in, finite and > 0;
+  // JSON "depthwise_channel_scales", version 3), used instead of the per-tensor one in
+  // `scales`, which stays the right choice for readers that predate them. Empty: per tensor.
+  std::vector<float> depthwise_channel_scales;
 };
 
 struct Int8Calibration {
@@ -69,7 +73,8 @@ std::string Int8CalibrationToJson(const Int8Calibration& calibration);
 std::string WeightsFingerprint(const Model& model);
 
 // OK when `calibration` was made for `model`'s weights and has scales for each of its
-// sub-blocks and the decoder, one per INT8 input; FAILED_PRECONDITION saying which differs.
+// sub-blocks and the decoder, one per INT8 input, and depthwise channel scales only for
+// separable sub-blocks, one per input channel; FAILED_PRECONDITION saying which differs.
 absl::Status CheckInt8Calibration(const Int8Calibration& calibration, const Model& model);
 
 }  // namespace jasper

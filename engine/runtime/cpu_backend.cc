@@ -47,9 +47,12 @@ class CpuBackend final : public Backend {
         layer = nullptr;
       }
       const std::vector<float>* scales = layer == nullptr ? nullptr : &layer->scales;
+      const float* channel_scales = layer == nullptr || layer->depthwise_channel_scales.empty()
+                                        ? nullptr
+                                        : layer->depthwise_channel_scales.data();
       packed_.push_back(kernels::PackSubBlock(
           sub.desc, WeightsOf(sub), residuals.data(), static_cast<int>(residuals.size()), precision,
-          scales == nullptr ? nullptr : scales->data(), step.input_nonnegative));
+          scales == nullptr ? nullptr : scales->data(), step.input_nonnegative, channel_scales));
       workspace = std::max(workspace, kernels::PackedSubBlockWorkspaceFloats(packed_.back()));
     }
     // One workspace per part (separate allocations: no false sharing between threads).

@@ -3,7 +3,9 @@
 //
 // Every INT8 input of every sub-block (A_main: the depthwise output of a separable sub-block,
 // the input of a dense one; each residual branch's input; a separable sub-block's depthwise
-// input) is one tensor with one scale. The
+// input) is one tensor with one scale; the depthwise input has one per channel as well
+// (Int8CalibrationOptions::per_channel_depthwise: each channel's max / 255, or / 127 on the
+// signed grid, from the first pass). The
 // model runs in FP32 on the CPU backend, one utterance at a time, with a CpuStepObserver that
 // sees each step's inputs (valid frames only): a first pass finds each tensor's max |a|; a
 // second fills a histogram of |a| (2048 bins over [0, max]); per tensor the clip value c (a bin
@@ -52,6 +54,9 @@ struct Int8CalibrationOptions {
   double max_fp32_share = 0.0;
   // A round keeps a sub-block in FP32 only when the frame agreement rises by at least this.
   double min_gain = 0.001;
+  // A separable sub-block's depthwise input gets one scale per channel (each channel's max |x| /
+  // 127, or / 255 on the unsigned grid), which the depthwise dequantization absorbs at no cost.
+  bool per_channel_depthwise = true;
   // Told one line per selection round and the outcome when set (e.g. printed by the tool).
   std::function<void(const std::string&)> log;
 };

@@ -153,19 +153,21 @@ Int8AStage GemmInt8AStage(const PackedSubBlock& p, float* scratch);
 
 // The INT8 depthwise stage of a kInt8 separable sub-block (int8_depthwise.cc): input rows
 // [first, first + WindowRows(p.desc, frames)) of one utterance (xb, in_len valid rows; masked rows
-// read as zero), quantized with p.depthwise_in_scale, convolved with the packed INT8 depthwise
-// weights (vpdpbusd where the CPU has AVX-512 VNNI, else plain loops: the same bits), dequantized
-// and quantized again with the GEMM's scale p.a_scale[0] into the GEMM's A rows out.a + f *
-// out.ld (frames f < frames; bytes [0, C_in rounded up to 16) of each; the same bytes the GEMM's
-// own gather would make of the FP32 output). frames <= kTileRows; `scratch` holds
+// read as zero), quantized with p.depthwise_in_inv (per channel), convolved with the packed INT8
+// depthwise weights (vpdpbusd where the CPU has AVX-512 VNNI, else plain loops: the same bits),
+// dequantized and quantized again with the GEMM's scale p.a_scale[0] into the GEMM's A rows out.a +
+// f * out.ld (frames f < frames; bytes [0, C_in rounded up to 16) of each; the same bytes the
+// GEMM's own gather would make of the FP32 output). frames <= kTileRows; `scratch` holds
 // Int8DepthwiseScratchBytes(p.desc) bytes, 64-byte aligned.
 void DepthwiseInt8Tile(const PackedSubBlock& p, const float* xb, int in_len, Index first,
                        int frames, std::uint8_t* scratch, const Int8AStage& out);
 std::size_t Int8DepthwiseScratchBytes(const SubBlockDesc& desc);
 // Packs the depthwise weights for kInt8 (the depthwise_* fields of sub_block.h) with the
-// depthwise input's activation scale (finite, > 0), on the unsigned grid when `unsigned_input`.
-void PackInt8Depthwise(const float* depthwise, float input_scale, bool unsigned_input,
-                       PackedSubBlock* p);
+// depthwise input's activation scales: `channel_scales` (C_in values) when given, else
+// `input_scale` for every channel; on the unsigned grid when `unsigned_input`. false (p's
+// depthwise fields unusable) when a scale is not finite and > 0 or its inverse overflows.
+bool PackInt8Depthwise(const float* depthwise, float input_scale, const float* channel_scales,
+                       bool unsigned_input, PackedSubBlock* p);
 
 // Where the BF16 GEMM of a separable p takes its A for W_main: row r of the tile at a + r * ld
 // (ld = p.c_in_pad BF16 values; columns past C_in zero). A caller that writes those rows itself

@@ -1,7 +1,9 @@
 // The INT8 depthwise stage of a kInt8 separable sub-block (sub_block.h: PackedSubBlock's
 // depthwise_int8 fields). Per tile of output frames:
 //   1. the window's input rows (and 3 x dilation more, for the last tap quad) are quantized with
-//      the depthwise input scale into unsigned bytes u = q + 128, masked rows as 128 (zero); an
+//      each channel's depthwise input scale (depthwise_in_inv: one per tensor or, from a
+//      calibration that has them, one per channel) into unsigned bytes u = q + 128, masked rows
+//      as 128 (zero); an
 //      input known to be non-negative (depthwise_in_unsigned: a ReLU's output) on the unsigned
 //      grid instead, u = clamp(round(x / scale), 0, 255), masked rows as 0, which halves the
 //      step for the same range and needs no correction (its weight sums are stored as 0);
@@ -20,7 +22,8 @@
 //      frames, whose quad q + 1 reads 8 of the same 12 stacked rows as quad q, so the rows stay
 //      in registers and 4 new ones are loaded per quad; else runs of up to 8 frames, one load
 //      per frame and quad. The sum minus 128 x the channel's weight sum, times
-//      depthwise_dequant[c] (input scale x weight scale), is the FP32 output; it is quantized
+//      depthwise_dequant[c] (the channel's input scale x its weight scale), is the FP32 output; it
+//      is quantized
 //      at once with the GEMM's activation scale and stored as the GEMM's A row (int8_gemm.cc:
 //      GemmInt8AStage; q + 128 for vpdpbusd), the bytes the GEMM's gather would have made of
 //      it, so the FP32 row is never stored.
@@ -86,17 +89,17 @@ Scratch ScratchOf(const SubBlockDesc& d, U8* base) { return {base, base + RowsBy
 
 // Step 1 for one row: channels [0, n) of src, as lane-permuted unsigned bytes; the rest of the
 // row's RowBytes(n) bytes 128 (zero).
-void PermutedRowPortable(const float* src, int n, float inv, U8* dst) {
+void PermutedRowPortable(const float* src, int n, const float* inv, U8* dst) {
   std::memset(dst, 0x80, static_cast<std::size_t>(RowBytes(n)));
   for (int c = 0; c < n; ++c) {
-    dst[PermutedByte(c)] = static_cast<U8>(static_cast<U8>(QuantizeInt8(src[c], inv)) ^ 0x80u);
+    dst[PermutedByte(c)] = static_cast<U8>(static_cast<U8>(QuantizeInt8(src[c], inv[c])) ^ 0x80u);
   }
 }
 
 // The same for a non-negative input on the unsigned grid (QuantizeUint8); the rest 0 (zero).
-void PermutedRowUint8Portable(const float* src, int n, float inv, U8* dst) {
+void PermutedRowUint8Portable(const float* src, int n, const float* inv, U8* dst) {
   std::memset(dst, 0, static_cast<std::size_t>(RowBytes(n)));
-  for (int c = 0; c < n; ++c) dst[PermutedByte(c)] = QuantizeUint8(src[c], inv);
+  for (int c = 0; c < n; ++c) dst[PermutedByte(c)] = QuantizeUint8(src[c], inv[c]);
 }
 
 // Steps 2 for group g's 4 blocks: stacked[k][r][c][j] = rows[r + j * d][PermutedByte(64g +
@@ -170,8 +173,7 @@ JASPER_AVX512_TARGET void StackGroupAvx512(const U8* rows, Index row_bytes, int 
 // (kUnsigned): values in [0, 255] pack through INT16 (signed saturation, never reached) to
 // unsigned bytes (vpackuswb, the same in-lane order); channels past n stay 0.
 template <bool kUnsigned>
-JASPER_AVX512_TARGET void PermutedRowAvx512(const float* src, int n, float inv, U8* dst) {
-  const __m512 scale = _mm512_set1_ps(inv);
+JASPER_AVX512_TARGET void PermutedRowAvx512(const float* src, int n, const float* inv, U8* dst) {
   const __mmask16 all = 0xffff;
   for (int c = 0; c < n; c += kGroup) {
     __m512i q[4];
@@ -181,6 +183,7 @@ JASPER_AVX512_TARGET void PermutedRowAvx512(const float* src, int n, float inv, 
                           : c0 >= n    ? static_cast<__mmask16>(0)
                                        : static_cast<__mmask16>((1u << (n - c0)) - 1u);
       const __m512 v = _mm512_maskz_loadu_ps(m, src + c0);
+      const __m512 scale = _mm512_loadu_ps(inv + c0);  // padded to RowBytes(n) channels
       q[k] = kUnsigned ? QuantizeLanesUint8Avx512(v, scale) : QuantizeLanesAvx512(v, scale);
     }
     const __m512i words01 = _mm512_packs_epi32(q[0], q[1]);
@@ -193,12 +196,13 @@ JASPER_AVX512_TARGET void PermutedRowAvx512(const float* src, int n, float inv, 
 }
 #endif
 
-using QuantizeRowFn = void (*)(const float* src, int n, float inv, U8* dst);
+// `inv`: 1 / each channel's scale, RowBytes(n) values (0 past n).
+using QuantizeRowFn = void (*)(const float* src, int n, const float* inv, U8* dst);
 
 // Step 1: rows [0, count) of the utterance's input from row `first` on, as bytes; rows outside
 // the utterance as `zero` (the grid's zero: 128 signed, 0 unsigned).
-void QuantizeRows(const float* xb, int in_len, Index first, Index count, int channels, float inv,
-                  QuantizeRowFn quantize, U8 zero, U8* rows) {
+void QuantizeRows(const float* xb, int in_len, Index first, Index count, int channels,
+                  const float* inv, QuantizeRowFn quantize, U8 zero, U8* rows) {
   const Index row_bytes = RowBytes(channels);
   for (Index r = 0; r < count; ++r) {
     U8* dst = rows + r * row_bytes;
@@ -413,13 +417,21 @@ std::size_t Int8DepthwiseScratchBytes(const SubBlockDesc& desc) {
   return static_cast<std::size_t>(RowsBytes(desc) + 4 * (WindowMax(desc) + kOverRead) * kQuadBytes);
 }
 
-void PackInt8Depthwise(const float* depthwise, float input_scale, bool unsigned_input,
-                       PackedSubBlock* p) {
+bool PackInt8Depthwise(const float* depthwise, float input_scale, const float* channel_scales,
+                       bool unsigned_input, PackedSubBlock* p) {
   const int taps = p->desc.kernel_size;
   const int channels = p->desc.in_channels;
   const int quads = Quads(taps);
   const int blocks = Blocks(channels);
-  p->depthwise_in_scale = input_scale;
+  p->depthwise_in_scales.assign(static_cast<std::size_t>(channels), input_scale);
+  if (channel_scales != nullptr) {
+    std::copy(channel_scales, channel_scales + channels, p->depthwise_in_scales.begin());
+  }
+  for (const float s : p->depthwise_in_scales) {
+    if (!(std::isfinite(s) && s > 0.0f && std::isfinite(1.0f / s))) return false;
+  }
+  p->depthwise_in_inv.assign(static_cast<std::size_t>(RowBytes(channels)), 0.0f);
+  for (int c = 0; c < channels; ++c) p->depthwise_in_inv[c] = 1.0f / p->depthwise_in_scales[c];
   p->depthwise_in_unsigned = unsigned_input;
   p->depthwise_int8.assign(static_cast<std::size_t>(blocks) * quads * kQuadBytes, 0);
   p->depthwise_dequant.assign(static_cast<std::size_t>(blocks) * kBlock, 0.0f);
@@ -429,7 +441,7 @@ void PackInt8Depthwise(const float* depthwise, float input_scale, bool unsigned_
     for (int k = 0; k < taps; ++k) {
       max_abs = std::max(max_abs, std::fabs(depthwise[static_cast<Index>(k) * channels + c]));
     }
-    p->depthwise_dequant[c] = input_scale * (max_abs / 127.0f);
+    p->depthwise_dequant[c] = p->depthwise_in_scales[c] * (max_abs / 127.0f);
     if (!(max_abs > 0.0f)) continue;  // an all-zero (or NaN) channel stays zero
     const float inv = 127.0f / max_abs;
     I32 sum = 0;
@@ -443,6 +455,7 @@ void PackInt8Depthwise(const float* depthwise, float input_scale, bool unsigned_
     // The unsigned grid has its zero at 0: nothing to subtract.
     p->depthwise_int8_sums[c] = unsigned_input ? 0 : sum;
   }
+  return true;
 }
 
 void DepthwiseInt8Tile(const PackedSubBlock& p, const float* xb, int in_len, Index first,
@@ -467,7 +480,7 @@ void DepthwiseInt8Tile(const PackedSubBlock& p, const float* xb, int in_len, Ind
   }
 #endif
   QuantizeRows(xb, in_len, first, window + 3 * static_cast<Index>(d.dilation), channels,
-               1.0f / p.depthwise_in_scale, quantize, u8 ? 0 : 0x80, s.rows);
+               p.depthwise_in_inv.data(), quantize, u8 ? 0 : 0x80, s.rows);
   for (int cb = 0; cb < blocks; ++cb) {
     if (cb % 4 == 0) stack(s.rows, row_bytes, cb / 4, window, d.dilation, s.stacked);
     BlockArgs a;

@@ -326,7 +326,8 @@ T* Region(float* base, Index offset) {
 
 PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& weights,
                             const ResidualInput* residuals, int num_residuals, Precision precision,
-                            const float* int8_input_scales, bool nonnegative_input) {
+                            const float* int8_input_scales, bool nonnegative_input,
+                            const float* depthwise_channel_scales) {
   PackedSubBlock p;
   p.desc = desc;
   p.precision = precision;
@@ -352,11 +353,9 @@ PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& wei
   if (precision == Precision::kInt8) {
     p.valid = cpu_internal::PackInt8Weights(weights.weight, residuals, int8_input_scales, &p);
     if (p.valid && desc.separable) {
-      const float dw_scale = int8_input_scales[1 + num_residuals];
-      p.valid = std::isfinite(dw_scale) && dw_scale > 0.0f;
-      if (p.valid) {
-        cpu_internal::PackInt8Depthwise(weights.depthwise, dw_scale, nonnegative_input, &p);
-      }
+      p.valid =
+          cpu_internal::PackInt8Depthwise(weights.depthwise, int8_input_scales[1 + num_residuals],
+                                          depthwise_channel_scales, nonnegative_input, &p);
     }
     return p;
   }
