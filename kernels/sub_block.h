@@ -201,21 +201,32 @@ struct PackedSubBlock {
 // rounding (slow: for tests; kernels::HasBf16Gemm() tells which). kInt8 needs
 // `int8_input_scales`: finite positive activation scales, A_main's, then each residual input's,
 // then, for a separable sub-block, the depthwise input's (x): 1 + num_residuals (+ 1) values; an
-// invalid block without them. `nonnegative_input`: the caller guarantees x >= 0 (it is a ReLU's
-// output); kInt8 then quantizes the depthwise input on the unsigned grid [0, 255] with the same
-// scale (a negative x would be clipped to 0), so a scale chosen for 255 steps halves the step.
-// The other precisions ignore it. `depthwise_channel_scales` (kInt8 separable; may be null): C_in
-// finite positive scales of the depthwise input, one per channel, used instead of the per-tensor
-// one (which must still be given); each channel's dequantization takes its own, so they cost
-// nothing at run time. It runs on AMX INT8 tiles at kAmx, on AVX-512 VNNI (vpdpbusd) at
-// kAvx512 where the CPU has it, else on portable loops with the same quantization and the same
-// bits (kernels::HasInt8Gemm()).
+// invalid block without them; `int8_depthwise` refines a separable sub-block's (below). It runs
+// on AMX INT8 tiles at kAmx, on AVX-512 VNNI (vpdpbusd) at kAvx512 where the CPU has it, else on
+// portable loops with the same quantization and the same bits (kernels::HasInt8Gemm()). The
+// other precisions ignore the INT8 arguments.
+struct Int8DepthwiseOptions {
+  // The caller guarantees x >= 0 (it is a ReLU's output): the depthwise input is quantized on
+  // the unsigned grid [0, 255] with the same scale (a negative x would be clipped to 0), so a
+  // scale chosen for 255 steps halves the step.
+  bool nonnegative_input = false;
+  // C_in finite positive scales of the depthwise input, one per channel, used instead of the
+  // per-tensor one (which must still be given); each channel's dequantization takes its own, so
+  // they cost nothing at run time. May be null.
+  const float* input_channel_scales = nullptr;
+  // C_in finite positive factors m_c (SmoothQuant's migration; may be null): the depthwise
+  // output's channel c is divided by m_c before the GEMM quantizes it and row c of the pointwise
+  // weight multiplied by m_c before its per-column quantization, which is the same product in
+  // exact arithmetic and moves quantization difficulty from the activations to the weights.
+  // A_main's scale (int8_input_scales[0]) is then the scale of the divided output. Both fold
+  // into the packed weights and the depthwise dequantization: no cost at run time.
+  const float* output_smoothing = nullptr;
+};
 PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& weights,
                             const ResidualInput* residuals, int num_residuals,
                             Precision precision = Precision::kFp32,
                             const float* int8_input_scales = nullptr,
-                            bool nonnegative_input = false,
-                            const float* depthwise_channel_scales = nullptr);
+                            const Int8DepthwiseOptions& int8_depthwise = {});
 
 // Workspace floats FusedSubBlockCpuPacked needs for `packed` (independent of the batch).
 std::size_t PackedSubBlockWorkspaceFloats(const PackedSubBlock& packed);

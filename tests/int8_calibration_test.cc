@@ -42,8 +42,9 @@ Int8Calibration Sample() {
   c.audio_seconds = 12.5;
   c.frame_agreement = 0.975;
   c.frame_agreement_all_int8 = 0.96;
-  c.layers = {
-      {0, 0, {0.125f}}, {1, 1, {0.0306f, 1e-7f}, true, {0.5f, 1e-30f, 3e38f}}, {-1, 0, {3.4e38f}}};
+  c.layers = {{0, 0, {0.125f}},
+              {1, 1, {0.0306f, 1e-7f}, true, {0.5f, 1e-30f, 3e38f}, {2.0f, 0.25f, 1.5f}},
+              {-1, 0, {3.4e38f}}};
   return c;
 }
 
@@ -64,6 +65,7 @@ TEST(Int8CalibrationFileTest, RoundTripsExactly) {
     EXPECT_EQ(back->layers[i].scales, c.layers[i].scales);  // bit-exact floats
     EXPECT_EQ(back->layers[i].fp32, c.layers[i].fp32);
     EXPECT_EQ(back->layers[i].depthwise_channel_scales, c.layers[i].depthwise_channel_scales);
+    EXPECT_EQ(back->layers[i].depthwise_output_smoothing, c.layers[i].depthwise_output_smoothing);
   }
   EXPECT_EQ(back->Fp32Count(), 1);
   ASSERT_NE(back->FindLayer(1, 1), nullptr);
@@ -71,15 +73,19 @@ TEST(Int8CalibrationFileTest, RoundTripsExactly) {
   // A file without the optional fields (as written before mixed precision) reads as all INT8.
   std::string old = Int8CalibrationToJson(c);
   old.erase(old.find(", \"fp32\": true"), 14);
-  const std::size_t dw = old.find(",\n   \"depthwise_channel_scales\"");
-  ASSERT_NE(dw, std::string::npos) << old;
-  old.erase(dw, old.find(']', dw) + 1 - dw);
+  for (const char* key :
+       {",\n   \"depthwise_channel_scales\"", ",\n   \"depthwise_output_smoothing\""}) {
+    const std::size_t dw = old.find(key);
+    ASSERT_NE(dw, std::string::npos) << key << old;
+    old.erase(dw, old.find(']', dw) + 1 - dw);
+  }
   const std::size_t line = old.find(" \"frame_agreement_all_int8\"");
   old.erase(line, old.find('\n', line) + 1 - line);
   absl::StatusOr<Int8Calibration> older = ParseInt8Calibration(old);
   ASSERT_TRUE(older.ok()) << older.status() << old;
   EXPECT_EQ(older->Fp32Count(), 0);
   EXPECT_TRUE(older->FindLayer(1, 1)->depthwise_channel_scales.empty());  // per tensor
+  EXPECT_TRUE(older->FindLayer(1, 1)->depthwise_output_smoothing.empty());
   for (const char* version : {"\"version\": 1", "\"version\": 2"}) {
     std::string earlier = old;
     earlier.replace(earlier.find("\"version\": 3"), 12, version);
@@ -124,6 +130,10 @@ TEST(Int8CalibrationFileTest, RejectsMalformedFiles) {
                "\"depthwise_channel_scales\": []"),
       replaced("\"depthwise_channel_scales\": [0.5, 1e-30, 3.00000001e+38]",
                "\"depthwise_channel_scales\": 0.5"),
+      replaced("\"depthwise_output_smoothing\": [2", "\"depthwise_output_smoothing\": [-2"),
+      replaced("\"depthwise_output_smoothing\": [2", "\"depthwise_output_smoothing\": [null"),
+      replaced("\"depthwise_output_smoothing\": [2, 0.25, 1.5]",
+               "\"depthwise_output_smoothing\": []"),
   };
   for (const std::string& text : bad) {
     absl::StatusOr<Int8Calibration> parsed = ParseInt8Calibration(text);
@@ -185,6 +195,14 @@ TEST(Int8CalibratorTest, CalibratesEverySubBlockAndChecksItself) {
       ASSERT_EQ(l.depthwise_channel_scales.size(),
                 sub.desc.separable ? static_cast<std::size_t>(sub.desc.in_channels) : 0u);
       for (float s : l.depthwise_channel_scales) EXPECT_TRUE(std::isfinite(s) && s > 0) << s;
+      // ... and factors smoothing its output into the pointwise weights, around 1.
+      ASSERT_EQ(l.depthwise_output_smoothing.size(), l.depthwise_channel_scales.size());
+      double log_sum = 0.0;
+      for (float m : l.depthwise_output_smoothing) {
+        EXPECT_TRUE(std::isfinite(m) && m > 0) << m;
+        log_sum += std::log(m);
+      }
+      EXPECT_NEAR(log_sum, 0.0, 1e-3 * (1 + l.depthwise_output_smoothing.size()));
       if (sub.desc.separable) {
         ++separable;
         const auto [lo, hi] = std::minmax_element(l.depthwise_channel_scales.begin(),
@@ -218,19 +236,38 @@ TEST(Int8CalibratorTest, CalibratesEverySubBlockAndChecksItself) {
       EXPECT_EQ(CheckInt8Calibration(channels, *model).code(),
                 absl::StatusCode::kFailedPrecondition);
       channels = *c;
+      channels.layers.front().depthwise_output_smoothing.pop_back();
+      EXPECT_EQ(CheckInt8Calibration(channels, *model).code(),
+                absl::StatusCode::kFailedPrecondition);
+      channels = *c;
     }
     channels.layers.back().depthwise_channel_scales = {1.0f};
     const absl::Status dense = CheckInt8Calibration(channels, *model);
     EXPECT_EQ(dense.code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_NE(dense.message().find("not separable"), std::string::npos) << dense;
-    // Per tensor when asked: no channel scales, the method says which.
+    // Per tensor and unsmoothed when asked: no channel scales or factors, the method says which.
     Int8CalibrationOptions per_tensor;
     per_tensor.per_channel_depthwise = false;
+    per_tensor.smooth_depthwise_output = false;
     absl::StatusOr<Int8Calibration> t = calibrator.Calibrate(5.4, per_tensor);
     ASSERT_TRUE(t.ok()) << t.status();
-    for (const Int8SubBlockScales& l : t->layers) EXPECT_TRUE(l.depthwise_channel_scales.empty());
-    EXPECT_EQ(t->method.find("per channel"), std::string::npos) << t->method;
+    for (const Int8SubBlockScales& l : t->layers) {
+      EXPECT_TRUE(l.depthwise_channel_scales.empty());
+      EXPECT_TRUE(l.depthwise_output_smoothing.empty());
+    }
+    EXPECT_EQ(t->method, "mse-histogram-2048");
     EXPECT_NE(c->method.find("per channel"), std::string::npos) << c->method;
+    EXPECT_NE(c->method.find("smoothed (alpha 0.5)"), std::string::npos) << c->method;
+    // Smoothing changes the depthwise output's scale (its range is the smoothed one's), nothing
+    // else.
+    if (separable > 0) {
+      EXPECT_NE(t->layers.front().scales[0], c->layers.front().scales[0]);
+      EXPECT_EQ(t->layers.front().scales.back(), c->layers.front().scales.back());
+    }
+    Int8CalibrationOptions bad_alpha;
+    bad_alpha.smoothing_alpha = 1.5;
+    EXPECT_EQ(calibrator.Calibrate(5.4, bad_alpha).status().code(),
+              absl::StatusCode::kInvalidArgument);
   }
 }
 

@@ -91,6 +91,10 @@ struct Case {
   // Separable: the input's channels spread over 2^-6 .. 2 of its range, and INT8 packed with a
   // depthwise input scale per channel (PackSubBlock's depthwise_channel_scales).
   bool per_channel_scales = false;
+  // Separable: INT8 packed with a random power-of-two migration factor per depthwise output
+  // channel (PackSubBlock's output_smoothing), checked against the oracle of the equivalent
+  // sub-block (depthwise / m, pointwise rows x m: exact in FP32 for powers of two).
+  bool smoothing = false;
 };
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
@@ -318,6 +322,37 @@ void RunCase(const Case& c) {
   w.depthwise = c.separable ? depthwise.data() : nullptr;
   w.weight = weight.data();
   w.bias = c.bias ? bias.data() : nullptr;
+  std::vector<float> smoothing, smoothed_depthwise, smoothed_weight;
+  SubBlockWeights w_oracle = w;  // what INT8's oracle bounds: the smoothed sub-block
+  if (c.smoothing && c.separable) {
+    // SmoothQuant's factors from this data (alpha 0.5), rounded to powers of two, plus a random
+    // step either way: sqrt(max |depthwise output| / max |pointwise row|) per channel.
+    std::vector<int> len = in_len;
+    std::vector<int> olen(c.batch);
+    for (int b = 0; b < c.batch; ++b) olen[b] = std::min(out_len[b], out_time);
+    const BatchGeometry dg{c.batch, c.in_time, out_time, len.data(), olen.data()};
+    std::vector<float> dw_out(static_cast<std::size_t>(c.batch) * out_time * c_in);
+    DepthwiseReference(desc, depthwise.data(), x.data(), dg, dw_out.data());
+    std::vector<float> a_max(c_in, 0.0f), w_max(c_in, 0.0f);
+    for (std::size_t i = 0; i < dw_out.size(); ++i) {
+      a_max[i % c_in] = std::max(a_max[i % c_in], std::fabs(dw_out[i]));
+    }
+    for (std::size_t i = 0; i < weight.size(); ++i) {
+      w_max[i / c_out] = std::max(w_max[i / c_out], std::fabs(weight[i]));
+    }
+    smoothing.resize(c_in);
+    for (int ch = 0; ch < c_in; ++ch) {
+      const double ratio = a_max[ch] > 0.0f && w_max[ch] > 0.0f ? a_max[ch] / w_max[ch] : 1.0;
+      smoothing[ch] =
+          std::ldexp(1.0f, static_cast<int>(std::lround(0.5 * std::log2(ratio))) + rng.Int(-1, 1));
+    }
+    smoothed_depthwise = depthwise;
+    for (std::size_t i = 0; i < depthwise.size(); ++i) smoothed_depthwise[i] /= smoothing[i % c_in];
+    smoothed_weight = weight;
+    for (std::size_t i = 0; i < weight.size(); ++i) smoothed_weight[i] *= smoothing[i / c_out];
+    w_oracle.depthwise = smoothed_depthwise.data();
+    w_oracle.weight = smoothed_weight.data();
+  }
 
   int products = k * c_in;
   std::vector<std::vector<float>> res_x;
@@ -410,14 +445,17 @@ void RunCase(const Case& c) {
       }
     }
     if (is_int8 && int8.scales.empty()) {
-      int8 = int8_check::MakeInt8Oracle(desc, w, x.data(), g, residuals, c.nonnegative_input,
+      int8 = int8_check::MakeInt8Oracle(desc, w_oracle, x.data(), g, residuals, c.nonnegative_input,
                                         c.per_channel_scales);
       for (float bound : int8.bound) int8_limit.push_back(1.01 * double(bound) + tol);
     }
+    Int8DepthwiseOptions int8_options;
+    int8_options.nonnegative_input = c.nonnegative_input;
+    if (c.per_channel_scales) int8_options.input_channel_scales = int8.channel_scales.data();
+    if (!smoothing.empty()) int8_options.output_smoothing = smoothing.data();
     const PackedSubBlock packed =
         PackSubBlock(desc, w, residuals.data(), static_cast<int>(residuals.size()), v.precision,
-                     is_int8 ? int8.scales.data() : nullptr, c.nonnegative_input,
-                     is_int8 && c.per_channel_scales ? int8.channel_scales.data() : nullptr);
+                     is_int8 ? int8.scales.data() : nullptr, int8_options);
     ASSERT_TRUE(packed.valid);
     std::vector<const float*> res_ptrs;
     for (const auto& r : res_x) res_ptrs.push_back(r.data());
@@ -632,6 +670,10 @@ std::vector<Case> SpecialCases() {
     c.name += "PerChannel";
     c.per_channel_scales = true;
     cases.push_back(c);
+    // The same with the depthwise output smoothed into the pointwise weights.
+    c.name += "Smoothed";
+    c.smoothing = true;
+    cases.push_back(c);
   }
   return cases;
 }
@@ -653,7 +695,7 @@ TEST(SubBlockSpecialCasesTest, NonNegativeCasesExist) {
 // Every name the per-channel copies are made from is a special case.
 TEST(SubBlockSpecialCasesTest, PerChannelCasesExist) {
   int copies = 0;
-  for (const Case& c : SpecialCases()) copies += c.per_channel_scales ? 1 : 0;
+  for (const Case& c : SpecialCases()) copies += c.per_channel_scales && !c.smoothing ? 1 : 0;
   EXPECT_EQ(copies, 10);
 }
 
@@ -851,6 +893,8 @@ TEST(CpuPathTest, Avx512VnniInt8) {
   RunCase(nonnegative);
   nonnegative.per_channel_scales = true;
   RunCase(nonnegative);
+  nonnegative.smoothing = true;
+  RunCase(nonnegative);
 }
 
 TEST(CpuPathTest, AmxInt8) {
@@ -863,6 +907,8 @@ TEST(CpuPathTest, AmxInt8) {
   nonnegative.nonnegative_input = true;
   RunCase(nonnegative);
   nonnegative.per_channel_scales = true;
+  RunCase(nonnegative);
+  nonnegative.smoothing = true;
   RunCase(nonnegative);
 }
 
@@ -890,15 +936,20 @@ TEST(PackSubBlockTest, RejectsFp16AndInt8WithoutScales) {
   const SubBlockWeights sep_weights{dw.data(), w.data(), nullptr};
   const float two[] = {0.5f, 0.5f};
   std::vector<float> channels(4, 0.125f);
-  EXPECT_TRUE(
-      PackSubBlock(sep, sep_weights, nullptr, 0, Precision::kInt8, two, false, channels.data())
-          .valid);
+  std::vector<float> factors(4, 2.0f);
+  Int8DepthwiseOptions options;
+  options.input_channel_scales = channels.data();
+  options.output_smoothing = factors.data();
+  EXPECT_TRUE(PackSubBlock(sep, sep_weights, nullptr, 0, Precision::kInt8, two, options).valid);
   for (float bad : {0.0f, -1.0f, kNaN, std::numeric_limits<float>::infinity(), 1e-39f}) {
     channels[3] = bad;
-    EXPECT_FALSE(
-        PackSubBlock(sep, sep_weights, nullptr, 0, Precision::kInt8, two, false, channels.data())
-            .valid)
+    EXPECT_FALSE(PackSubBlock(sep, sep_weights, nullptr, 0, Precision::kInt8, two, options).valid)
         << bad;
+    channels[3] = 0.125f;
+    factors[1] = bad;
+    EXPECT_FALSE(PackSubBlock(sep, sep_weights, nullptr, 0, Precision::kInt8, two, options).valid)
+        << bad;
+    factors[1] = 2.0f;
   }
 }
 

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -23,8 +25,10 @@ constexpr char kFormat[] = "jasper-int8-calibration";
 // step on the unsigned grid clips nothing they did not. A reader of version 1 only refuses
 // version 2 instead of clipping those inputs at half their range.
 // 3: a separable sub-block may carry its depthwise input's scales per channel
-// ("depthwise_channel_scales"); its per-tensor scale is still calibrated as before. A reader of
-// version 2 refuses version 3 rather than run below the recorded frame agreement.
+// ("depthwise_channel_scales"; its per-tensor scale is still calibrated as before) and factors
+// that smooth its depthwise output into the pointwise weights ("depthwise_output_smoothing";
+// scales[0] is then the smoothed output's). A reader of version 2 refuses version 3: it would
+// quantize the unsmoothed output with the smoothed output's scale.
 constexpr int kVersion = 3;
 constexpr int kOldestVersion = 1;
 
@@ -165,17 +169,23 @@ absl::StatusOr<Int8Calibration> ParseInt8Calibration(const std::string& json_tex
       }
       s.scales.push_back(static_cast<float>(v.get<double>()));
     }
-    if (auto dw = l.find("depthwise_channel_scales"); dw != l.end()) {
-      if (!dw->is_array() || dw->empty() || dw->size() > 65536) {
-        return Invalid(at + ": 'depthwise_channel_scales' must be an array of 1 to 65536 numbers");
+    for (const auto& [key, values] :
+         {std::pair<const char*, std::vector<float>*>{"depthwise_channel_scales",
+                                                      &s.depthwise_channel_scales},
+          {"depthwise_output_smoothing", &s.depthwise_output_smoothing}}) {
+      auto field = l.find(key);
+      if (field == l.end()) continue;
+      if (!field->is_array() || field->empty() || field->size() > 65536) {
+        return Invalid(absl::StrCat(at, ": '", key, "' must be an array of 1 to 65536 numbers"));
       }
-      for (const json& v : *dw) {
+      for (const json& v : *field) {
         if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0.0 ||
             !std::isfinite(static_cast<float>(v.get<double>())) ||
             static_cast<float>(v.get<double>()) <= 0.0f) {
-          return Invalid(at + ": every depthwise channel scale must be a finite number > 0");
+          return Invalid(
+              absl::StrCat(at, ": every value of '", key, "' must be a finite number > 0"));
         }
-        s.depthwise_channel_scales.push_back(static_cast<float>(v.get<double>()));
+        values->push_back(static_cast<float>(v.get<double>()));
       }
     }
     if (auto fp32 = l.find("fp32"); fp32 != l.end()) {
@@ -211,11 +221,14 @@ std::string Int8CalibrationToJson(const Int8Calibration& c) {
     }
     out += "]";
     if (l.fp32) out += ", \"fp32\": true";
-    if (!l.depthwise_channel_scales.empty()) {
-      out += ",\n   \"depthwise_channel_scales\": [";
-      for (std::size_t k = 0; k < l.depthwise_channel_scales.size(); ++k) {
-        absl::StrAppend(&out, k == 0 ? "" : ", ",
-                        absl::StrFormat("%.9g", l.depthwise_channel_scales[k]));
+    for (const auto& [key, values] :
+         {std::pair<const char*, const std::vector<float>*>{"depthwise_channel_scales",
+                                                            &l.depthwise_channel_scales},
+          {"depthwise_output_smoothing", &l.depthwise_output_smoothing}}) {
+      if (values->empty()) continue;
+      absl::StrAppend(&out, ",\n   \"", key, "\": [");
+      for (std::size_t k = 0; k < values->size(); ++k) {
+        absl::StrAppend(&out, k == 0 ? "" : ", ", absl::StrFormat("%.9g", (*values)[k]));
       }
       out += "]";
     }
@@ -250,15 +263,20 @@ absl::Status CheckInt8Calibration(const Int8Calibration& calibration, const Mode
                        expected, " scales, has ", scales == nullptr ? 0 : scales->size()));
       return;
     }
-    const std::size_t channels =
-        calibration.FindLayer(block, sub_block)->depthwise_channel_scales.size();
-    if (channels != 0 &&
-        (!s.desc.separable || channels != static_cast<std::size_t>(s.desc.in_channels))) {
-      status = absl::FailedPreconditionError(absl::StrCat(
-          kInt8CalibrationFile, ": block ", block, " sub-block ", sub_block, " has ", channels,
-          " depthwise channel scales; it needs ",
-          s.desc.separable ? absl::StrCat(s.desc.in_channels, " (one per input channel)")
-                           : std::string("none (it is not separable)")));
+    const Int8SubBlockScales& layer = *calibration.FindLayer(block, sub_block);
+    for (const auto& [key, values] :
+         {std::pair<const char*, const std::vector<float>*>{"depthwise channel scales",
+                                                            &layer.depthwise_channel_scales},
+          {"depthwise output smoothing factors", &layer.depthwise_output_smoothing}}) {
+      const std::size_t n = values->size();
+      if (status.ok() && n != 0 &&
+          (!s.desc.separable || n != static_cast<std::size_t>(s.desc.in_channels))) {
+        status = absl::FailedPreconditionError(absl::StrCat(
+            kInt8CalibrationFile, ": block ", block, " sub-block ", sub_block, " has ", n, " ", key,
+            "; it needs ",
+            s.desc.separable ? absl::StrCat(s.desc.in_channels, " (one per input channel)")
+                             : std::string("none (it is not separable)")));
+      }
     }
   });
   return status;

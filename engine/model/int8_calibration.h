@@ -38,6 +38,11 @@ struct Int8SubBlockScales {
   // JSON "depthwise_channel_scales", version 3), used instead of the per-tensor one in
   // `scales`, which stays the right choice for readers that predate them. Empty: per tensor.
   std::vector<float> depthwise_channel_scales;
+  // A separable sub-block's depthwise output smoothed into the pointwise weights (SmoothQuant's
+  // migration; kernels::Int8DepthwiseOptions::output_smoothing): C_in factors m_c, finite and
+  // > 0 (JSON "depthwise_output_smoothing", version 3); scales[0] is then the scale of the
+  // output divided by m. Empty: none.
+  std::vector<float> depthwise_output_smoothing;
 };
 
 struct Int8Calibration {
@@ -73,8 +78,9 @@ std::string Int8CalibrationToJson(const Int8Calibration& calibration);
 std::string WeightsFingerprint(const Model& model);
 
 // OK when `calibration` was made for `model`'s weights and has scales for each of its
-// sub-blocks and the decoder, one per INT8 input, and depthwise channel scales only for
-// separable sub-blocks, one per input channel; FAILED_PRECONDITION saying which differs.
+// sub-blocks and the decoder, one per INT8 input, and depthwise channel scales and output
+// smoothing only for separable sub-blocks, one per input channel; FAILED_PRECONDITION saying
+// which differs.
 absl::Status CheckInt8Calibration(const Int8Calibration& calibration, const Model& model);
 
 }  // namespace jasper

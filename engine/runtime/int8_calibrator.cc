@@ -20,7 +20,7 @@ namespace {
 
 constexpr int kBins = 2048;
 constexpr char kMethod[] = "mse-histogram-2048";
-constexpr char kMethodPerChannel[] = "mse-histogram-2048; depthwise inputs per channel (max)";
+constexpr char kMethodPerChannel[] = "; depthwise inputs per channel (max)";
 
 struct TensorStats {
   float max_abs = 0.0f;
@@ -37,6 +37,12 @@ struct LayerStats {
   std::vector<TensorStats> tensors;
   // Separable: the depthwise input's max |x| per channel [C_in] (first pass).
   std::vector<float> channel_max;
+  // Separable: the depthwise output's max |a| per channel [C_in] (first pass), the pointwise
+  // weight's max |w| per row [C_in], and the smoothing factors chosen from them (empty: none),
+  // by which the second pass divides the output before its histogram.
+  std::vector<float> output_max;
+  std::vector<float> weight_row_max;
+  std::vector<float> smoothing;
 };
 
 // Collects per-tensor statistics of every step's GEMM inputs (valid frames only).
@@ -68,8 +74,16 @@ class StatsObserver final : public CpuStepObserver {
       depthwise_.resize(static_cast<std::size_t>(g.batch) * g.out_time * c_in);
       kernels::DepthwiseReference(d, s.sub->depthwise.data(), s.x, g, depthwise_.data());
       for (int b = 0; b < g.batch; ++b) {
-        Observe(depthwise_.data() + static_cast<std::size_t>(b) * g.out_time * c_in,
-                length(g.out_lengths, b, g.out_time) * c_in, &l.tensors[0]);
+        float* a = depthwise_.data() + static_cast<std::size_t>(b) * g.out_time * c_in;
+        const int frames = length(g.out_lengths, b, g.out_time);
+        if (!histogram_pass_) {
+          ChannelMax(a, frames, c_in, &l.output_max);
+        } else if (!l.smoothing.empty()) {
+          for (int t = 0; t < frames; ++t) {
+            for (std::size_t c = 0; c < c_in; ++c) a[t * c_in + c] /= l.smoothing[c];
+          }
+        }
+        Observe(a, frames * c_in, &l.tensors[0]);
       }
     } else {
       for (int b = 0; b < g.batch; ++b) {
@@ -98,7 +112,17 @@ class StatsObserver final : public CpuStepObserver {
     l.depthwise_input_unsigned = s.sub->desc.separable && s.x_nonnegative;
     l.tensors.resize(1 + s.sub->residual_channels.size() + (s.sub->desc.separable ? 1 : 0));
     if (s.sub->desc.separable) {
-      l.channel_max.assign(static_cast<std::size_t>(s.sub->desc.in_channels), 0.0f);
+      const std::size_t c_in = static_cast<std::size_t>(s.sub->desc.in_channels);
+      const std::size_t c_out = static_cast<std::size_t>(s.sub->desc.out_channels);
+      l.channel_max.assign(c_in, 0.0f);
+      l.output_max.assign(c_in, 0.0f);
+      l.weight_row_max.assign(c_in, 0.0f);
+      for (std::size_t c = 0; c < c_in; ++c) {  // the pointwise weight, [C_in, C_out]
+        for (std::size_t o = 0; o < c_out; ++o) {
+          l.weight_row_max[c] =
+              std::max(l.weight_row_max[c], std::fabs(s.sub->weight[c * c_out + o]));
+        }
+      }
     }
     layers_.push_back(std::move(l));
     return layers_.back();
@@ -122,15 +146,51 @@ class StatsObserver final : public CpuStepObserver {
 
   // Rows [0, frames) of x [frames, channels]: max |x| per channel (first pass).
   void ObserveChannels(const float* x, int frames, std::size_t channels, LayerStats* l) const {
-    if (histogram_pass_) return;
+    if (!histogram_pass_) ChannelMax(x, frames, channels, &l->channel_max);
+  }
+  static void ChannelMax(const float* x, int frames, std::size_t channels, std::vector<float>* m) {
     for (int t = 0; t < frames; ++t) {
       const float* row = x + t * channels;
       for (std::size_t c = 0; c < channels; ++c) {
-        l->channel_max[c] = std::max(l->channel_max[c], std::fabs(row[c]));  // NaN ignored
+        (*m)[c] = std::max((*m)[c], std::fabs(row[c]));  // NaN ignored
       }
     }
   }
 
+ public:
+  // After the first pass: each separable sub-block's smoothing factors m_c = max|a_c|^alpha /
+  // max|w_c|^(1 - alpha) (SmoothQuant), over their geometric mean (1 where a channel's output or
+  // weight row is all zero), and its GEMM input's max becomes the smoothed output's.
+  void ChooseSmoothing(double alpha) {
+    for (LayerStats& l : layers_) {
+      if (l.output_max.empty()) continue;
+      const std::size_t n = l.output_max.size();
+      std::vector<double> m(n, 0.0);
+      double log_sum = 0.0;
+      int used = 0;
+      for (std::size_t c = 0; c < n; ++c) {
+        const double a = l.output_max[c], w = l.weight_row_max[c];
+        if (!(a > 0.0 && w > 0.0 && std::isfinite(a) && std::isfinite(w))) continue;
+        m[c] = std::pow(a, alpha) / std::pow(w, 1.0 - alpha);
+        log_sum += std::log(m[c]);
+        ++used;
+      }
+      if (used == 0) continue;
+      const double mean = std::exp(log_sum / used);
+      l.smoothing.assign(n, 1.0f);
+      float smoothed_max = 0.0f;
+      for (std::size_t c = 0; c < n; ++c) {
+        const float f = static_cast<float>(m[c] / mean);
+        if (m[c] > 0.0 && std::isfinite(f) && f > 0.0f && std::isfinite(1.0f / f)) {
+          l.smoothing[c] = f;
+        }
+        smoothed_max = std::max(smoothed_max, l.output_max[c] / l.smoothing[c]);
+      }
+      l.tensors[0].max_abs = smoothed_max;
+    }
+  }
+
+ private:
   bool histogram_pass_ = false;
   std::vector<LayerStats> layers_;  // in plan order
   std::map<std::pair<int, int>, std::size_t> index_;
@@ -295,10 +355,11 @@ absl::StatusOr<double> Int8Calibrator::FrameAgreement(const Int8Calibration& cal
 absl::StatusOr<Int8Calibration> Int8Calibrator::Calibrate(double audio_seconds,
                                                           const Int8CalibrationOptions& mixed) {
   if (!(mixed.max_fp32_share >= 0.0 && mixed.max_fp32_share <= 1.0) ||
-      !(mixed.min_gain >= 0.0 && mixed.min_gain <= 1.0)) {
-    return absl::InvalidArgumentError(absl::StrCat("INT8 calibration: max_fp32_share (",
-                                                   mixed.max_fp32_share, ") and min_gain (",
-                                                   mixed.min_gain, ") must lie in [0, 1]"));
+      !(mixed.min_gain >= 0.0 && mixed.min_gain <= 1.0) ||
+      !(mixed.smoothing_alpha >= 0.0 && mixed.smoothing_alpha <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "INT8 calibration: max_fp32_share (", mixed.max_fp32_share, "), min_gain (", mixed.min_gain,
+        ") and smoothing_alpha (", mixed.smoothing_alpha, ") must lie in [0, 1]"));
   }
   if (utterances_.empty()) {
     return absl::FailedPreconditionError("INT8 calibration needs at least one utterance");
@@ -309,6 +370,7 @@ absl::StatusOr<Int8Calibration> Int8Calibrator::Calibrate(double audio_seconds,
     observed.cpu_step_observer = &observer;
     JASPER_ASSIGN_OR_RETURN(std::unique_ptr<Backend> fp32, CreateCpuBackend(model_, observed));
     JASPER_RETURN_IF_ERROR(RunAll(*fp32, [](std::size_t, const BackendOutput&) {}));
+    if (mixed.smooth_depthwise_output) observer.ChooseSmoothing(mixed.smoothing_alpha);
     observer.set_histogram_pass(true);
     // The FP32 greedy tokens for the check, kept from the second pass (the observer only reads).
     JASPER_RETURN_IF_ERROR(
@@ -316,7 +378,12 @@ absl::StatusOr<Int8Calibration> Int8Calibrator::Calibrate(double audio_seconds,
   }
   Int8Calibration calibration;
   calibration.weights_fingerprint = WeightsFingerprint(*model_);
-  calibration.method = mixed.per_channel_depthwise ? kMethodPerChannel : kMethod;
+  calibration.method = kMethod;
+  if (mixed.per_channel_depthwise) calibration.method += kMethodPerChannel;
+  if (mixed.smooth_depthwise_output) {
+    calibration.method +=
+        absl::StrFormat("; depthwise outputs smoothed (alpha %g)", mixed.smoothing_alpha);
+  }
   calibration.utterances = static_cast<int>(utterances_.size());
   calibration.audio_seconds = audio_seconds;
   for (const LayerStats& l : observer.layers()) {
@@ -328,6 +395,7 @@ absl::StatusOr<Int8Calibration> Int8Calibrator::Calibrate(double audio_seconds,
       s.scales.push_back(
           ChooseInt8Scale(l.tensors[i].histogram, l.tensors[i].max_abs, unsigned_grid ? 255 : 127));
     }
+    s.depthwise_output_smoothing = l.smoothing;
     if (mixed.per_channel_depthwise) {
       // Each channel's whole range, no clip: on the shipped model this agreed with FP32 more
       // often than each channel's own MSE clip (docs/PERFORMANCE.md). A channel that was 0 on

@@ -5,7 +5,9 @@
 // the input of a dense one; each residual branch's input; a separable sub-block's depthwise
 // input) is one tensor with one scale; the depthwise input has one per channel as well
 // (Int8CalibrationOptions::per_channel_depthwise: each channel's max / 255, or / 127 on the
-// signed grid, from the first pass). The
+// signed grid, from the first pass). A separable sub-block's depthwise output is smoothed into
+// its pointwise weights (SmoothQuant; Int8CalibrationOptions::smooth_depthwise_output): the
+// factors come from the first pass, and the second pass measures the smoothed output. The
 // model runs in FP32 on the CPU backend, one utterance at a time, with a CpuStepObserver that
 // sees each step's inputs (valid frames only): a first pass finds each tensor's max |a|; a
 // second fills a histogram of |a| (2048 bins over [0, max]); per tensor the clip value c (a bin
@@ -57,6 +59,13 @@ struct Int8CalibrationOptions {
   // A separable sub-block's depthwise input gets one scale per channel (each channel's max |x| /
   // 127, or / 255 on the unsigned grid), which the depthwise dequantization absorbs at no cost.
   bool per_channel_depthwise = true;
+  // A separable sub-block's depthwise output is smoothed into its pointwise weights
+  // (Int8SubBlockScales::depthwise_output_smoothing): m_c = max|a_c|^alpha / max|w_c|^(1 -
+  // alpha) from the first pass, the output divided and the weight rows multiplied by m_c. On the
+  // shipped model alpha 0.5 agreed most often with FP32 on the calibration audio (0.3 / 0.5 /
+  // 0.65 / 0.8 measured, docs/PERFORMANCE.md). alpha in [0, 1].
+  bool smooth_depthwise_output = true;
+  double smoothing_alpha = 0.5;
   // Told one line per selection round and the outcome when set (e.g. printed by the tool).
   std::function<void(const std::string&)> log;
 };

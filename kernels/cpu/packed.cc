@@ -326,8 +326,8 @@ T* Region(float* base, Index offset) {
 
 PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& weights,
                             const ResidualInput* residuals, int num_residuals, Precision precision,
-                            const float* int8_input_scales, bool nonnegative_input,
-                            const float* depthwise_channel_scales) {
+                            const float* int8_input_scales,
+                            const Int8DepthwiseOptions& int8_depthwise) {
   PackedSubBlock p;
   p.desc = desc;
   p.precision = precision;
@@ -351,11 +351,33 @@ PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& wei
   p.bias.assign(static_cast<std::size_t>(p.n_panels + 1) / 2 * 2 * kNr, 0.0f);
   if (weights.bias != nullptr) std::copy(weights.bias, weights.bias + c_out, p.bias.begin());
   if (precision == Precision::kInt8) {
-    p.valid = cpu_internal::PackInt8Weights(weights.weight, residuals, int8_input_scales, &p);
+    const float* weight = weights.weight;
+    const float* depthwise = weights.depthwise;
+    std::vector<float> smoothed_weight, smoothed_depthwise;
+    if (desc.separable && int8_depthwise.output_smoothing != nullptr) {
+      // Exact in real arithmetic: depthwise channel c / m_c, pointwise row c x m_c.
+      const float* m = int8_depthwise.output_smoothing;
+      for (int c = 0; c < c_in; ++c) {
+        if (!(std::isfinite(m[c]) && m[c] > 0.0f && std::isfinite(1.0f / m[c]))) return p;
+      }
+      smoothed_weight.assign(weight, weight + static_cast<std::size_t>(c_in) * c_out);
+      for (int c = 0; c < c_in; ++c) {
+        for (int o = 0; o < c_out; ++o)
+          smoothed_weight[static_cast<std::size_t>(c) * c_out + o] *= m[c];
+      }
+      smoothed_depthwise.assign(depthwise,
+                                depthwise + static_cast<std::size_t>(desc.kernel_size) * c_in);
+      for (std::size_t i = 0; i < smoothed_depthwise.size(); ++i) {
+        smoothed_depthwise[i] /= m[i % static_cast<std::size_t>(c_in)];
+      }
+      weight = smoothed_weight.data();
+      depthwise = smoothed_depthwise.data();
+    }
+    p.valid = cpu_internal::PackInt8Weights(weight, residuals, int8_input_scales, &p);
     if (p.valid && desc.separable) {
-      p.valid =
-          cpu_internal::PackInt8Depthwise(weights.depthwise, int8_input_scales[1 + num_residuals],
-                                          depthwise_channel_scales, nonnegative_input, &p);
+      p.valid = cpu_internal::PackInt8Depthwise(depthwise, int8_input_scales[1 + num_residuals],
+                                                int8_depthwise.input_channel_scales,
+                                                int8_depthwise.nonnegative_input, &p);
     }
     return p;
   }
