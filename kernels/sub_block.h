@@ -63,6 +63,9 @@ struct ResidualInput {
   const float* x = nullptr;       // [batch, out_time, channels]
   const float* weight = nullptr;  // [channels, out_channels]
   int channels = 0;
+  // The caller guarantees x >= 0 (a ReLU's output): kInt8 quantizes it on the unsigned grid
+  // [0, 255] (a negative x would be clipped to 0). The other precisions ignore it.
+  bool nonnegative = false;
 };
 
 // Batch geometry. Lengths are borrowed host arrays of `batch` entries.
@@ -144,7 +147,8 @@ using AlignedFloats = std::vector<float, CacheLineAllocator<float>>;
 //   b_int8[p][k / 4][16][4] (p up to n_panels rounded up to even; padding zero). Activations stay
 //   FP32 between sub-blocks; the GEMM quantizes A as it reads it, per tensor: A_main with
 //   a_scale[0], A_res_p with a_scale[1 + p] (calibrated once per model: q = clamp(round(a /
-//   a_scale), -127, 127)), accumulates each weight group's products in INT32 and adds them to
+//   a_scale), -127, 127), or u = clamp(round(a / a_scale), 0, 255) for an input known to be
+//   non-negative: a_unsigned), accumulates each weight group's products in INT32 and adds them to
 //   the FP32 result times dequant[group][column] = a_scale[group] * w_scale[group][column].
 //   Separable: the depthwise conv runs in INT8 too: the input quantized per channel with
 //   depthwise_in_scales (the calibration's per-tensor scale for every channel, or its
@@ -170,7 +174,12 @@ struct PackedSubBlock {
   // kInt8 only ("groups" are W_main and each W_res_p; columns are C_out rounded up to 32):
   std::vector<std::int8_t, CacheLineAllocator<std::int8_t>> b_int8;
   std::vector<float> a_scale;  // [1 + num_residuals] activation scale per group
-  AlignedFloats dequant;       // [1 + num_residuals][columns]
+  // [1 + num_residuals]: 1 where the group's input is non-negative and quantized on the unsigned
+  // grid u = clamp(round(a / a_scale), 0, 255) (a dense sub-block's input after a ReLU, a
+  // residual input after one); its bytes are u for vpdpbusd and u - 128 for the signed kernels,
+  // which add 128 x b_int8_col_sums back.
+  std::vector<std::uint8_t> a_unsigned;
+  AlignedFloats dequant;  // [1 + num_residuals][columns]
   // [1 + num_residuals][columns]: sum over the group's K of the quantized weights (the AVX-512
   // VNNI kernel reads A as unsigned, a + 128, and subtracts 128 x this).
   std::vector<std::int32_t, CacheLineAllocator<std::int32_t>> b_int8_col_sums;
@@ -201,14 +210,15 @@ struct PackedSubBlock {
 // rounding (slow: for tests; kernels::HasBf16Gemm() tells which). kInt8 needs
 // `int8_input_scales`: finite positive activation scales, A_main's, then each residual input's,
 // then, for a separable sub-block, the depthwise input's (x): 1 + num_residuals (+ 1) values; an
-// invalid block without them; `int8_depthwise` refines a separable sub-block's (below). It runs
-// on AMX INT8 tiles at kAmx, on AVX-512 VNNI (vpdpbusd) at kAvx512 where the CPU has it, else on
-// portable loops with the same quantization and the same bits (kernels::HasInt8Gemm()). The
-// other precisions ignore the INT8 arguments.
-struct Int8DepthwiseOptions {
-  // The caller guarantees x >= 0 (it is a ReLU's output): the depthwise input is quantized on
-  // the unsigned grid [0, 255] with the same scale (a negative x would be clipped to 0), so a
-  // scale chosen for 255 steps halves the step.
+// invalid block without them; `int8` refines them (below), and a residual input marked
+// ResidualInput::nonnegative is quantized on the unsigned grid. It runs on AMX INT8 tiles at
+// kAmx, on AVX-512 VNNI (vpdpbusd) at kAvx512 where the CPU has it, else on portable loops with
+// the same quantization and the same bits (kernels::HasInt8Gemm()). The other precisions ignore
+// the INT8 arguments.
+struct Int8PackOptions {
+  // The caller guarantees x >= 0 (it is a ReLU's output): x is quantized on the unsigned grid
+  // [0, 255] with the same scale (a negative x would be clipped to 0), so a scale chosen for 255
+  // steps halves the step: a separable sub-block's depthwise input, a dense one's GEMM input.
   bool nonnegative_input = false;
   // C_in finite positive scales of the depthwise input, one per channel, used instead of the
   // per-tensor one (which must still be given); each channel's dequantization takes its own, so
@@ -226,7 +236,7 @@ PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& wei
                             const ResidualInput* residuals, int num_residuals,
                             Precision precision = Precision::kFp32,
                             const float* int8_input_scales = nullptr,
-                            const Int8DepthwiseOptions& int8_depthwise = {});
+                            const Int8PackOptions& int8 = {});
 
 // Workspace floats FusedSubBlockCpuPacked needs for `packed` (independent of the batch).
 std::size_t PackedSubBlockWorkspaceFloats(const PackedSubBlock& packed);

@@ -82,6 +82,21 @@ void ExpectNonNegativeInputsMarked(const ExecutionPlan& plan) {
               steps[i - 1].sub->desc.activation == kernels::Activation::kRelu)
         << i;
   }
+  // A residual input is non-negative exactly when it is a block's output (not the features) and
+  // that block's last sub-block ends in a ReLU.
+  for (const PlanStep& step : steps) {
+    const std::vector<int>& sources = step.sub->residual_sources;
+    ASSERT_EQ(step.residual_nonnegative.size(), sources.size());
+    for (std::size_t p = 0; p < sources.size(); ++p) {
+      bool expected = false;
+      for (const PlanStep& writer : steps) {
+        if (sources[p] >= 0 && writer.block == sources[p] && writer.ends_block) {
+          expected = writer.sub->desc.activation == kernels::Activation::kRelu;
+        }
+      }
+      EXPECT_EQ(step.residual_nonnegative[p], expected) << step.block << "/" << step.sub_block;
+    }
+  }
 }
 
 TEST(ExecutionPlanTest, SeparableModelWalk) {

@@ -40,8 +40,9 @@ inline float ScaleOf(float max_abs) { return max_abs > 0.0f ? max_abs / 127.0f :
 
 // residuals[p].x is the p-th residual input. x's frames past in_lengths and the residual inputs'
 // frames past out_lengths are masked (never read by the kernels, so never measured here).
-// `nonnegative_input`: x >= 0, packed for the unsigned grid; the depthwise input's scale is then
-// its max / 255 (the same bound with the finer step). `per_channel` (separable): the depthwise
+// `nonnegative_input`: x >= 0, packed for the unsigned grid; the depthwise input's scale (a dense
+// sub-block's GEMM input's) is then its max / 255 (the same bound with the finer step); likewise
+// each residual input marked ResidualInput::nonnegative. `per_channel` (separable): the depthwise
 // input's scales per channel as well, each from that channel's valid frames.
 inline Int8Oracle MakeInt8Oracle(const SubBlockDesc& desc, const SubBlockWeights& w, const float* x,
                                  const BatchGeometry& g,
@@ -69,7 +70,12 @@ inline Int8Oracle MakeInt8Oracle(const SubBlockDesc& desc, const SubBlockWeights
       }
     }
   }
-  o.scales.push_back(ScaleOf(main_max));
+  // A dense sub-block's non-negative input, and each non-negative residual input, on the
+  // unsigned grid: max / 255.
+  auto grid_scale = [](float m, bool unsigned_grid) {
+    return unsigned_grid ? (m > 0.0f ? m / 255.0f : 1.0f) : ScaleOf(m);
+  };
+  o.scales.push_back(grid_scale(main_max, !desc.separable && nonnegative_input));
   for (const ResidualInput& r : residuals) {
     float m = 0.0f;
     for (int b = 0; b < g.batch; ++b) {
@@ -78,7 +84,7 @@ inline Int8Oracle MakeInt8Oracle(const SubBlockDesc& desc, const SubBlockWeights
         m = std::max(m, std::fabs(rb[i]));
       }
     }
-    o.scales.push_back(ScaleOf(m));
+    o.scales.push_back(grid_scale(m, r.nonnegative));
   }
   float x_max = 0.0f;  // the depthwise input's valid frames
   for (int b = 0; b < g.batch; ++b) {

@@ -27,6 +27,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/blas_sub_block.h"
+#include "kernels/cpu/int8_quantize.h"  // the row quantizers, checked against each other
 #include "kernels/cpu_features.h"
 #include "kernels/sub_block.h"
 #include "tests/kernels_int8_check.h"
@@ -88,6 +89,8 @@ struct Case {
   // x >= 0 (as a ReLU's output): packed with PackSubBlock's nonnegative_input, which puts INT8's
   // depthwise input on the unsigned grid.
   bool nonnegative_input = false;
+  // Residual inputs >= 0 as well, marked ResidualInput::nonnegative (the unsigned grid).
+  bool nonnegative_residuals = false;
   // Separable: the input's channels spread over 2^-6 .. 2 of its range, and INT8 packed with a
   // depthwise input scale per channel (PackSubBlock's depthwise_channel_scales).
   bool per_channel_scales = false;
@@ -360,12 +363,14 @@ void RunCase(const Case& c) {
   std::vector<ResidualInput> residuals;
   for (int ch : c.residual_channels) {
     res_x.push_back(rng.Vector(static_cast<std::size_t>(c.batch) * out_time * ch, 1.0f));
+    if (c.nonnegative_residuals) res_x.back() = Abs(std::move(res_x.back()));
     Garble(res_x.back(), c.batch, out_time, ch, out_len);
     res_w.push_back(rng.Vector(static_cast<std::size_t>(ch) * c_out, 1.0f / std::sqrt(float(ch))));
     products += ch;
   }
   for (std::size_t p = 0; p < c.residual_channels.size(); ++p) {
-    residuals.push_back({res_x[p].data(), res_w[p].data(), c.residual_channels[p]});
+    residuals.push_back(
+        {res_x[p].data(), res_w[p].data(), c.residual_channels[p], c.nonnegative_residuals});
   }
 
   BatchGeometry g;
@@ -449,7 +454,7 @@ void RunCase(const Case& c) {
                                         c.per_channel_scales);
       for (float bound : int8.bound) int8_limit.push_back(1.01 * double(bound) + tol);
     }
-    Int8DepthwiseOptions int8_options;
+    Int8PackOptions int8_options;
     int8_options.nonnegative_input = c.nonnegative_input;
     if (c.per_channel_scales) int8_options.input_channel_scales = int8.channel_scales.data();
     if (!smoothing.empty()) int8_options.output_smoothing = smoothing.data();
@@ -643,18 +648,21 @@ std::vector<Case> SpecialCases() {
   add("SepOutPadded", true, 11, 1, 1, -1, 13, 13, 33, 4, {13}, relu, true, Lengths::kOutPadded);
   add("DenseOutPadded", false, 3, 1, 1, -1, 13, 13, 33, 4, {}, relu, true, Lengths::kOutPadded);
   add("DenseK1OutPadded", false, 1, 1, 1, 0, 13, 13, 33, 4, {}, id, true, Lengths::kOutPadded);
-  // The INT8 depthwise input on the unsigned grid (a ReLU's output): strides, dilation, long
-  // and stacked tiles, odd channel counts, T = 1, lengths past the input.
+  // INT8's inputs on the unsigned grid (a ReLU's output): the depthwise input, a dense
+  // sub-block's GEMM input, the residual inputs. Strides, dilation, long and stacked tiles, odd
+  // channel counts, several residuals, T = 1, lengths past the input.
   for (const char* name :
        {"SepPrologueLike", "SepDilatedK33D2", "SepLong", "SepBatch33", "SepStackBatch33T25",
         "SepStackBatch9T300S2", "SepWideK1000", "SepEvenK2D2", "SepEvenK30D2", "SepBatch1Short",
-        "SepT1", "SepOutPadded"}) {
+        "SepT1", "SepOutPadded", "DenseValidPadding", "DenseLong", "DenseK1Batch33",
+        "DenseK1StackBatch33S2", "DenseK3D1Wide", "DenseT1", "DenseOutPadded"}) {
     const auto it =
         std::find_if(cases.begin(), cases.end(), [name](const Case& c) { return c.name == name; });
     if (it == cases.end()) continue;  // NonNegativeCasesExist counts them
     Case c = *it;
     c.name += "NonNegative";
     c.nonnegative_input = true;
+    c.nonnegative_residuals = true;
     cases.push_back(c);
   }
   // The INT8 depthwise input with a scale per channel, on either grid: strides, dilation, a
@@ -689,7 +697,7 @@ TEST(SubBlockSpecialCasesTest, NonNegativeCasesExist) {
   for (const Case& c : SpecialCases()) {
     copies += c.nonnegative_input && !c.per_channel_scales ? 1 : 0;
   }
-  EXPECT_EQ(copies, 12);
+  EXPECT_EQ(copies, 19);
 }
 
 // Every name the per-channel copies are made from is a special case.
@@ -890,6 +898,7 @@ TEST(CpuPathTest, Avx512VnniInt8) {
   RunCase(QuartzNetLike());
   Case nonnegative = QuartzNetLike();
   nonnegative.nonnegative_input = true;
+  nonnegative.nonnegative_residuals = true;
   RunCase(nonnegative);
   nonnegative.per_channel_scales = true;
   RunCase(nonnegative);
@@ -905,11 +914,48 @@ TEST(CpuPathTest, AmxInt8) {
   RunCase(QuartzNetLike());
   Case nonnegative = QuartzNetLike();
   nonnegative.nonnegative_input = true;
+  nonnegative.nonnegative_residuals = true;
   RunCase(nonnegative);
   nonnegative.per_channel_scales = true;
   RunCase(nonnegative);
   nonnegative.smoothing = true;
   RunCase(nonnegative);
+}
+
+// The INT8 GEMM's row quantizers: the AVX-512 form (the VNNI and AMX gathers) writes the bytes
+// of the portable one (the portable gather) for both grids and both operand kinds (signed grid:
+// q, or q + 128 for vpdpbusd; unsigned grid: u - 128, or u), and the zero's byte past n.
+TEST(Int8QuantizeTest, RowQuantizersAgree) {
+#if JASPER_X86_DISPATCH
+  if (ActiveCpuIsa() < CpuIsa::kAvx512) GTEST_SKIP() << "no AVX-512: " << DescribeCpuFeatures();
+  Rng rng(FreshSeed());
+  for (int n : {1, 15, 16, 17, 70}) {
+    std::vector<float> src = rng.Vector(n, 3.0f);
+    src[0] = kNaN;
+    if (n > 2) src[2] = 1e30f;  // clipped
+    for (bool to_unsigned : {false, true}) {
+      for (bool grid_unsigned : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "n " << n << ", operand unsigned " << to_unsigned
+                                        << ", grid unsigned " << grid_unsigned);
+        std::vector<std::int8_t> portable(80, 0x55), avx512(80, 0x55);
+        cpu_internal::QuantizeRowPortable(src.data(), n, portable.data(), 0.02f, to_unsigned,
+                                          grid_unsigned);
+        const int written = cpu_internal::QuantizeRowAvx512(src.data(), n, avx512.data(), 0.02f,
+                                                            to_unsigned, grid_unsigned);
+        EXPECT_EQ(written, (n + 15) / 16 * 16);
+        for (int c = 0; c < n; ++c) EXPECT_EQ(avx512[c], portable[c]) << c;
+        const std::int8_t zero = static_cast<std::int8_t>(to_unsigned == grid_unsigned ? 0 : 0x80);
+        for (int c = n; c < written; ++c) EXPECT_EQ(avx512[c], zero) << c;
+        // The values: NaN is the grid's zero; a clipped value its top.
+        const int q0 =
+            portable[0] + (to_unsigned != grid_unsigned ? (to_unsigned ? -128 : 128) : 0);
+        EXPECT_EQ(q0, grid_unsigned ? 0 : -127);
+      }
+    }
+  }
+#else
+  GTEST_SKIP() << "not x86-64";
+#endif
 }
 
 // Packing rejects precisions the CPU kernels do not have, and INT8 without valid scales.
@@ -937,7 +983,7 @@ TEST(PackSubBlockTest, RejectsFp16AndInt8WithoutScales) {
   const float two[] = {0.5f, 0.5f};
   std::vector<float> channels(4, 0.125f);
   std::vector<float> factors(4, 2.0f);
-  Int8DepthwiseOptions options;
+  Int8PackOptions options;
   options.input_channel_scales = channels.data();
   options.output_smoothing = factors.data();
   EXPECT_TRUE(PackSubBlock(sep, sep_weights, nullptr, 0, Precision::kInt8, two, options).valid);

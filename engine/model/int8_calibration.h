@@ -39,7 +39,7 @@ struct Int8SubBlockScales {
   // `scales`, which stays the right choice for readers that predate them. Empty: per tensor.
   std::vector<float> depthwise_channel_scales;
   // A separable sub-block's depthwise output smoothed into the pointwise weights (SmoothQuant's
-  // migration; kernels::Int8DepthwiseOptions::output_smoothing): C_in factors m_c, finite and
+  // migration; kernels::Int8PackOptions::output_smoothing): C_in factors m_c, finite and
   // > 0 (JSON "depthwise_output_smoothing", version 3); scales[0] is then the scale of the
   // output divided by m. Empty: none.
   std::vector<float> depthwise_output_smoothing;

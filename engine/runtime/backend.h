@@ -110,6 +110,8 @@ struct CpuStepView {
   const float* x = nullptr;
   bool x_nonnegative = false;  // x is a ReLU's output (PlanStep::input_nonnegative)
   const float* const* residual_x = nullptr;
+  // residual_x[p] is a ReLU's output (PlanStep::residual_nonnegative); null when there are none
+  const std::vector<bool>* residual_nonnegative = nullptr;
   kernels::BatchGeometry geometry;
 };
 

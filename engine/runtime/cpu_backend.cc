@@ -33,7 +33,8 @@ class CpuBackend final : public Backend {
       const FoldedSubBlock& sub = *step.sub;
       std::vector<kernels::ResidualInput> residuals;
       for (std::size_t p = 0; p < sub.residual_weights.size(); ++p) {
-        residuals.push_back({nullptr, sub.residual_weights[p].data(), sub.residual_channels[p]});
+        residuals.push_back({nullptr, sub.residual_weights[p].data(), sub.residual_channels[p],
+                             static_cast<bool>(step.residual_nonnegative[p])});
       }
       // The reference mode runs FP32 whatever the precision (and has no INT8 calibration); under
       // INT8 a sub-block the calibration keeps in FP32 runs in FP32 (mixed precision).
@@ -47,7 +48,7 @@ class CpuBackend final : public Backend {
         layer = nullptr;
       }
       const std::vector<float>* scales = layer == nullptr ? nullptr : &layer->scales;
-      kernels::Int8DepthwiseOptions depthwise;
+      kernels::Int8PackOptions depthwise;
       depthwise.nonnegative_input = step.input_nonnegative;
       if (layer != nullptr && !layer->depthwise_channel_scales.empty()) {
         depthwise.input_channel_scales = layer->depthwise_channel_scales.data();
@@ -172,7 +173,7 @@ absl::Status CpuBackend::Run(const FeatureBatch& input, BackendOutput* output) {
     if (options_.cpu_step_observer != nullptr) {
       options_.cpu_step_observer->BeforeStep(CpuStepView{step.block, step.sub_block, &sub, x,
                                                          step.input_nonnegative, residual_x_.data(),
-                                                         geometry});
+                                                         &step.residual_nonnegative, geometry});
     }
     if (use_reference_) {
       kernels::SubBlockReference(sub.desc, WeightsOf(sub), x, geometry, residual_inputs_.data(),

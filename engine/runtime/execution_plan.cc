@@ -67,6 +67,8 @@ absl::StatusOr<ExecutionPlan> ExecutionPlan::Create(const Model& model) {
     return PlanBuffer{PlanBuffer::Kind::kSlot, slot_of_block[activation - 1]};
   };
   std::vector<int> set_of(num_blocks + 1, 0);  // activation -> its length set
+  // activation -> every value >= 0 (a block's output whose last sub-block ends in a ReLU)
+  std::vector<bool> relu_of(num_blocks + 1, false);
   int set = 0;
   // Whether the step writing `input` ends in a ReLU (the features: no).
   bool input_nonnegative = false;
@@ -89,6 +91,7 @@ absl::StatusOr<ExecutionPlan> ExecutionPlan::Create(const Model& model) {
       for (int source : sub.residual_sources) {
         step.residual_inputs.push_back(buffer_of(source + 1));
         step.residual_sets.push_back(set_of[source + 1]);
+        step.residual_nonnegative.push_back(relu_of[source + 1]);
       }
       input = step.output;
       input_nonnegative = sub.desc.activation == kernels::Activation::kRelu;
@@ -96,6 +99,7 @@ absl::StatusOr<ExecutionPlan> ExecutionPlan::Create(const Model& model) {
       plan.steps_.push_back(std::move(step));
     }
     set_of[b + 1] = set;
+    relu_of[b + 1] = input_nonnegative;  // the block's last sub-block ends in a ReLU
   }
   plan.num_length_sets_ = set + 1;
   PlanStep decoder;

@@ -38,12 +38,16 @@ struct PlanStep {
   int in_set = 0;                       // length set of the input
   int out_set = 0;                      // length set of the output
   PlanBuffer input;
-  // The input is the previous step's output and that step ends in a ReLU: every value >= 0 (the
-  // INT8 depthwise conv then uses the unsigned grid: PackSubBlock's nonnegative_input).
+  // The input is the previous step's output and that step ends in a ReLU: every value >= 0 (INT8
+  // then quantizes it on the unsigned grid: kernels::Int8PackOptions::nonnegative_input).
   bool input_nonnegative = false;
   PlanBuffer output;
   std::vector<PlanBuffer> residual_inputs;  // per sub->residual_sources[p]
   std::vector<int> residual_sets;           // their length sets
+  // Per residual input: it is a block's output whose last sub-block ends in a ReLU (every value
+  // >= 0; INT8 quantizes it on the unsigned grid: kernels::ResidualInput::nonnegative). The
+  // features (source -1) are not.
+  std::vector<bool> residual_nonnegative;
 };
 
 class ExecutionPlan {

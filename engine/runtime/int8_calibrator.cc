@@ -33,6 +33,9 @@ struct LayerStats {
   // A separable sub-block's depthwise input is a ReLU's output: its scale is chosen for the
   // unsigned grid's 255 steps (kernels: PackSubBlock's nonnegative_input).
   bool depthwise_input_unsigned = false;
+  // Per tensor (as `tensors`): quantized on the unsigned grid (a ReLU's output: a dense
+  // sub-block's input, a residual input, the depthwise input), its scale chosen over 255 steps.
+  std::vector<bool> unsigned_grid;
   // A_main, each residual input, then (separable) the depthwise input
   std::vector<TensorStats> tensors;
   // Separable: the depthwise input's max |x| per channel [C_in] (first pass).
@@ -110,6 +113,11 @@ class StatsObserver final : public CpuStepObserver {
     l.block = s.block;
     l.sub_block = s.sub_block;
     l.depthwise_input_unsigned = s.sub->desc.separable && s.x_nonnegative;
+    l.unsigned_grid.push_back(!s.sub->desc.separable && s.x_nonnegative);  // A_main
+    for (std::size_t p = 0; p < s.sub->residual_channels.size(); ++p) {
+      l.unsigned_grid.push_back(s.residual_nonnegative != nullptr && (*s.residual_nonnegative)[p]);
+    }
+    if (s.sub->desc.separable) l.unsigned_grid.push_back(s.x_nonnegative);
     l.tensors.resize(1 + s.sub->residual_channels.size() + (s.sub->desc.separable ? 1 : 0));
     if (s.sub->desc.separable) {
       const std::size_t c_in = static_cast<std::size_t>(s.sub->desc.in_channels);
@@ -391,7 +399,7 @@ absl::StatusOr<Int8Calibration> Int8Calibrator::Calibrate(double audio_seconds,
     s.block = l.block;
     s.sub_block = l.sub_block;
     for (std::size_t i = 0; i < l.tensors.size(); ++i) {
-      const bool unsigned_grid = l.depthwise_input_unsigned && i + 1 == l.tensors.size();
+      const bool unsigned_grid = l.unsigned_grid[i];
       s.scales.push_back(
           ChooseInt8Scale(l.tensors[i].histogram, l.tensors[i].max_abs, unsigned_grid ? 255 : 127));
     }

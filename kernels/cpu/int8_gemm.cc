@@ -22,6 +22,11 @@
 // chunk dequantizes, adds the earlier groups' FP32 sums and the bias, applies the activation and
 // stores the output rows straight from its registers (FusedEnd), with no accumulator buffer in
 // between. Below that, plain loops compute the same INT32 sums.
+//
+// A weight group whose input is non-negative (PackedSubBlock::a_unsigned: a ReLU's output) is
+// quantized on the unsigned grid u in [0, 255] instead: its bytes are u for vpdpbusd (nothing to
+// subtract) and u - 128 for the signed kernels (AMX, portable), which add 128 x the column sums
+// (ColumnSumOffset).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -93,18 +98,27 @@ struct ChunkArgs {
   const FusedEnd* end = nullptr;  // set for the tile's last chunk when Kernel::kFusedEnd
 };
 
-// acc_f[r][n] (+)= (acc_i[r][n] - kOffset * col_sums[group][n]) * dequant[group][n].
+// The multiple of the column sums that turns a group's INT32 sums into sum(q x w) on its grid:
+// an unsigned operand (vpdpbusd) holds a signed-grid q as q + 128 (-128), a signed operand holds
+// an unsigned-grid u as u - 128 (+128); otherwise the bytes are the values (0).
+int ColumnSumOffset(const PackedSubBlock& p, int group, bool unsigned_operand) {
+  const bool grid_unsigned = p.a_unsigned[group] != 0;
+  return grid_unsigned == unsigned_operand ? 0 : (unsigned_operand ? -128 : 128);
+}
+
+// acc_f[r][n] (+)= (acc_i[r][n] + ColumnSumOffset * col_sums[group][n]) * dequant[group][n].
 template <bool kUnsignedA>
 JASPER_ALWAYS_INLINE void DequantRows(const PackedSubBlock& p, int group, const Int32* acc_i,
                                       int rows, bool first, float* acc_f) {
   const int cols = AccCols(p);
   const float* __restrict dq = p.dequant.data() + static_cast<Index>(group) * cols;
   const Int32* __restrict sums = p.b_int8_col_sums.data() + static_cast<Index>(group) * cols;
+  const Int32 offset = ColumnSumOffset(p, group, kUnsignedA);
   for (int r = 0; r < rows; ++r) {
     const Int32* __restrict ai = acc_i + static_cast<Index>(r) * cols;
     float* __restrict af = acc_f + static_cast<Index>(r) * cols;
     for (int n = 0; n < cols; ++n) {
-      const Int32 v = kUnsignedA ? ai[n] - 128 * sums[n] : ai[n];
+      const Int32 v = ai[n] + offset * sums[n];
       const float d = static_cast<float>(v) * dq[n];
       af[n] = first ? d : af[n] + d;
     }
@@ -136,12 +150,15 @@ void GemmTileInt8Impl(const PackedSubBlock& p, const Segment* segments, int num_
       first_i = true;
     }
     const float inv = 1.0f / p.a_scale[group];
+    const bool grid_unsigned = p.a_unsigned[group] != 0;
     const int per_chunk = std::max(1, kChunkCols / g.group_pad);
     for (int g0 = 0; g0 < g.groups; g0 += per_chunk) {
       const int gc = std::min(per_chunk, g.groups - g0);
       const int cols = gc * g.group_pad;
       // rows == nullptr: the caller wrote this (one-group) segment's A already (GemmInt8AStage).
-      if (seg.rows != nullptr) Kernel::Gather(seg, g, g0, gc, rows, s.a, cols, inv);
+      if (seg.rows != nullptr) {
+        Kernel::Gather(seg, g, g0, gc, rows, s.a, cols, inv, grid_unsigned);
+      }
       ChunkArgs chunk{s.a, cols, g.k0_pad + g0 * g.group_pad, cols, first_i, rows, s.acc_i};
       if (Kernel::kFusedEnd && si == last_segment && g0 + per_chunk >= g.groups) {
         end = FusedEnd{group, first_f ? nullptr : s.acc_f, c_rows};
@@ -164,10 +181,11 @@ struct PortableKernel {
   static void Begin() {}
   static void End() {}
   static void Gather(const Segment& seg, const SegmentGroups& g, int g0, int gc, int rows, Int8* a,
-                     int ld, float inv) {
-    GatherGroups(seg, g, g0, gc, rows, a, ld, [inv](const float* src, int n, Int8* dst) {
-      return QuantizeRowPortable(src, n, dst, inv, /*to_unsigned=*/false);
-    });
+                     int ld, float inv, bool grid_unsigned) {
+    GatherGroups(
+        seg, g, g0, gc, rows, a, ld, [inv, grid_unsigned](const float* src, int n, Int8* dst) {
+          return QuantizeRowPortable(src, n, dst, inv, /*to_unsigned=*/false, grid_unsigned);
+        });
   }
   static void Block(const PackedSubBlock& p, const ChunkArgs& c) {
     const int acc_cols = AccCols(p);
@@ -208,8 +226,10 @@ void GemmTileInt8Portable(const PackedSubBlock& p, const Segment* segments, int 
 // same packed B (its [k / 4][16][4] panels are vpdpbusd's operand layout), MR rows x 32 columns:
 // 2 * MR accumulators + 2 B vectors + 1 broadcast A quad. The tile's last chunk (c.end) finishes
 // the output from the registers: no INT32 or FP32 accumulator buffer round trip.
-struct VnniEnd {       // one 32-column panel's constants for the fused end
-  __m512i sums128[2];  // 128 x the quantized weights' column sums (vpdpbusd's A offset)
+struct VnniEnd {  // one 32-column panel's constants for the fused end
+  // 128 x the quantized weights' column sums (vpdpbusd's A offset on the signed grid; 0 for a
+  // group on the unsigned grid, whose bytes are the values)
+  __m512i sums128[2];
   __m512 dq[2];
   PanelEpilogue epilogue;  // bias, activation, columns < C_out
 };
@@ -295,10 +315,11 @@ struct VnniKernel {
   static void Begin() {}
   static void End() {}
   static JASPER_VNNI_TARGET void Gather(const Segment& seg, const SegmentGroups& g, int g0, int gc,
-                                        int rows, Int8* a, int ld, float inv) {
-    GatherGroups(seg, g, g0, gc, rows, a, ld, [inv](const float* src, int n, Int8* dst) {
-      return QuantizeRowAvx512(src, n, dst, inv, /*to_unsigned=*/true);
-    });
+                                        int rows, Int8* a, int ld, float inv, bool grid_unsigned) {
+    GatherGroups(seg, g, g0, gc, rows, a, ld,
+                 [inv, grid_unsigned](const float* src, int n, Int8* dst) {
+                   return QuantizeRowAvx512(src, n, dst, inv, /*to_unsigned=*/true, grid_unsigned);
+                 });
   }
   template <bool kEnd>
   static JASPER_VNNI_TARGET void Panels(const PackedSubBlock& p, const ChunkArgs& c) {
@@ -311,9 +332,13 @@ struct VnniKernel {
       const Int8* b1 = b0 + static_cast<Index>(p.k_pad) * kNr;
       if constexpr (kEnd) {
         const Index at = static_cast<Index>(c.end->group) * acc_cols + n0;
+        const bool offset = ColumnSumOffset(p, c.end->group, /*unsigned_operand=*/true) != 0;
         for (int h = 0; h < 2; ++h) {
-          e.sums128[h] = _mm512_maskz_slli_epi32(
-              kAllLanes, _mm512_loadu_si512(p.b_int8_col_sums.data() + at + h * kNr), 7);
+          e.sums128[h] =
+              offset
+                  ? _mm512_maskz_slli_epi32(
+                        kAllLanes, _mm512_loadu_si512(p.b_int8_col_sums.data() + at + h * kNr), 7)
+                  : _mm512_setzero_si512();
           e.dq[h] = _mm512_loadu_ps(p.dequant.data() + at + h * kNr);
         }
         e.epilogue.Load(p, n0);
@@ -365,10 +390,11 @@ struct AmxInt8Kernel {
   static JASPER_AMX_TARGET void End() { _tile_release(); }
 
   static JASPER_AMX_TARGET void Gather(const Segment& seg, const SegmentGroups& g, int g0, int gc,
-                                       int rows, Int8* a, int ld, float inv) {
-    GatherGroups(seg, g, g0, gc, rows, a, ld, [inv](const float* src, int n, Int8* dst) {
-      return QuantizeRowAvx512(src, n, dst, inv, /*to_unsigned=*/false);
-    });
+                                       int rows, Int8* a, int ld, float inv, bool grid_unsigned) {
+    GatherGroups(seg, g, g0, gc, rows, a, ld,
+                 [inv, grid_unsigned](const float* src, int n, Int8* dst) {
+                   return QuantizeRowAvx512(src, n, dst, inv, /*to_unsigned=*/false, grid_unsigned);
+                 });
   }
 
   static JASPER_AMX_TARGET void Block(const PackedSubBlock& p, const ChunkArgs& c) {
@@ -415,7 +441,7 @@ std::size_t GemmInt8ScratchFloats(const PackedSubBlock& p) {
 }
 
 bool PackInt8Weights(const float* w_main, const ResidualInput* residuals, const float* a_scales,
-                     PackedSubBlock* p) {
+                     bool nonnegative_main, PackedSubBlock* p) {
   const SubBlockDesc& d = p->desc;
   const int c_in = d.in_channels;
   const int c_out = d.out_channels;
@@ -433,6 +459,11 @@ bool PackInt8Weights(const float* w_main, const ResidualInput* residuals, const 
   const int cols = AccCols(*p);
   p->b_int8.assign(static_cast<std::size_t>(cols / kNr) * p->k_pad * kNr, 0);
   p->a_scale.assign(a_scales, a_scales + num_groups);
+  p->a_unsigned.assign(static_cast<std::size_t>(num_groups), 0);
+  if (!d.separable && nonnegative_main) p->a_unsigned[0] = 1;
+  for (std::size_t r = 0; r < p->residual_channels.size(); ++r) {
+    p->a_unsigned[r + 1] = residuals[r].nonnegative ? 1 : 0;
+  }
   p->dequant.assign(static_cast<std::size_t>(num_groups) * cols, 0.0f);
   p->b_int8_col_sums.assign(static_cast<std::size_t>(num_groups) * cols, 0);
 

@@ -1,10 +1,11 @@
 // INT8 quantization of activations, shared by the INT8 GEMM (int8_gemm.cc) and the INT8
 // depthwise conv (int8_depthwise.cc): q = clamp(round_half_even(v * inv_scale), -127, 127),
 // NaN -> -127, stored signed or, for vpdpbusd's unsigned operand, as q + 128; a tensor known
-// to be non-negative (the depthwise input after a ReLU) as u = clamp(round_half_even(v *
-// inv_scale), 0, 255), NaN -> 0. The portable and
-// the AVX-512 forms give the same bytes. Not a public interface: include only from
-// kernels/cpu/*.cc. Thread-safety: reentrant.
+// to be non-negative (a ReLU's output: the depthwise input, a dense sub-block's or a residual
+// GEMM input) as u = clamp(round_half_even(v * inv_scale), 0, 255), NaN -> 0, stored as is for
+// an unsigned operand and as u - 128 for a signed one. The portable and the AVX-512 forms give
+// the same bytes (kernels_test: Int8QuantizeTest). Not a public interface: include only from
+// kernels/cpu/*.cc and that test. Thread-safety: reentrant.
 #ifndef JASPER_KERNELS_CPU_INT8_QUANTIZE_H_
 #define JASPER_KERNELS_CPU_INT8_QUANTIZE_H_
 
@@ -35,12 +36,16 @@ inline std::uint8_t QuantizeUint8(float v, float inv) {
   return static_cast<std::uint8_t>(std::nearbyint(s));
 }
 
-// src[0, n) into dst; returns n.
+// src[0, n) into dst; returns n. `grid_unsigned`: the tensor is non-negative (a ReLU's output)
+// and quantized on the unsigned grid, u = QuantizeUint8; its byte is u for an unsigned operand
+// (`to_unsigned`, vpdpbusd's) and u - 128 for a signed one (the GEMM adds 128 x the column
+// sums back). Else the signed grid's q, as q + 128 for an unsigned operand.
 inline int QuantizeRowPortable(const float* src, int n, std::int8_t* dst, float inv,
-                               bool to_unsigned) {
+                               bool to_unsigned, bool grid_unsigned = false) {
   for (int c = 0; c < n; ++c) {
-    const std::int8_t q = QuantizeInt8(src[c], inv);
-    dst[c] = to_unsigned ? static_cast<std::int8_t>(static_cast<std::uint8_t>(q) ^ 0x80u) : q;
+    const std::uint8_t byte = grid_unsigned ? QuantizeUint8(src[c], inv)
+                                            : static_cast<std::uint8_t>(QuantizeInt8(src[c], inv));
+    dst[c] = static_cast<std::int8_t>(to_unsigned != grid_unsigned ? byte ^ 0x80u : byte);
   }
   return n;
 }
@@ -71,18 +76,22 @@ JASPER_AVX512_TARGET inline __m512i QuantizeLanesUint8Avx512(__m512 v, __m512 in
   return _mm512_mask_cvtps_epi32(_mm512_setzero_si512(), all, clamped);
 }
 
-// 16 at a time; the masked tail loads zeros, so the elements written past n (up to the next
-// multiple of 16; the return value) are 0, or 128 with `to_unsigned`.
+// 16 at a time, the bytes of QuantizeRowPortable; the masked tail loads zeros, so the elements
+// written past n (up to the next multiple of 16; the return value) are the zero's byte.
 JASPER_AVX512_TARGET inline int QuantizeRowAvx512(const float* src, int n, std::int8_t* dst,
-                                                  float inv, bool to_unsigned) {
+                                                  float inv, bool to_unsigned,
+                                                  bool grid_unsigned = false) {
   const __m512 scale = _mm512_set1_ps(inv);
-  const __m128i flip = _mm_set1_epi8(to_unsigned ? static_cast<char>(0x80) : 0);
+  const __m128i flip = _mm_set1_epi8(to_unsigned != grid_unsigned ? static_cast<char>(0x80) : 0);
   const __mmask16 all = 0xffff;
   const __m128i zero_b = _mm_setzero_si128();
   int c = 0;
   for (; c < n; c += 16) {
     const __mmask16 m = c + 16 <= n ? all : static_cast<__mmask16>((1u << (n - c)) - 1u);
-    const __m512i q = QuantizeLanesAvx512(_mm512_maskz_loadu_ps(m, src + c), scale);
+    const __m512 v = _mm512_maskz_loadu_ps(m, src + c);
+    // vpmovdb keeps each lane's low byte: u in [0, 255] as is.
+    const __m512i q =
+        grid_unsigned ? QuantizeLanesUint8Avx512(v, scale) : QuantizeLanesAvx512(v, scale);
     const __m128i bytes = _mm_xor_si128(_mm512_mask_cvtepi32_epi8(zero_b, all, q), flip);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + c), bytes);
   }

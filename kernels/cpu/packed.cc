@@ -6,7 +6,7 @@
 //   separable: A_main row r = the depthwise output of that frame (computed into the workspace
 //              just before, from a channel-blocked staged window, see depthwise.cc; INT8: the
 //              depthwise stage writes the quantized A rows into the GEMM's scratch itself, see
-//              int8_depthwise.cc, and W_main's segment has no row pointers);
+//              int8.cc, and W_main's segment has no row pointers);
 //   dense 1x1: A_main row r = the input row the frame reads, or a zero row when it is masked;
 //   dense K>1: A_main row r = K consecutive input rows of a staged (or, inside the utterance,
 //              in-place) window when dilation == 1 (one K*C_in segment), else one C_in segment
@@ -326,8 +326,7 @@ T* Region(float* base, Index offset) {
 
 PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& weights,
                             const ResidualInput* residuals, int num_residuals, Precision precision,
-                            const float* int8_input_scales,
-                            const Int8DepthwiseOptions& int8_depthwise) {
+                            const float* int8_input_scales, const Int8PackOptions& int8) {
   PackedSubBlock p;
   p.desc = desc;
   p.precision = precision;
@@ -354,9 +353,9 @@ PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& wei
     const float* weight = weights.weight;
     const float* depthwise = weights.depthwise;
     std::vector<float> smoothed_weight, smoothed_depthwise;
-    if (desc.separable && int8_depthwise.output_smoothing != nullptr) {
+    if (desc.separable && int8.output_smoothing != nullptr) {
       // Exact in real arithmetic: depthwise channel c / m_c, pointwise row c x m_c.
-      const float* m = int8_depthwise.output_smoothing;
+      const float* m = int8.output_smoothing;
       for (int c = 0; c < c_in; ++c) {
         if (!(std::isfinite(m[c]) && m[c] > 0.0f && std::isfinite(1.0f / m[c]))) return p;
       }
@@ -373,11 +372,12 @@ PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& wei
       weight = smoothed_weight.data();
       depthwise = smoothed_depthwise.data();
     }
-    p.valid = cpu_internal::PackInt8Weights(weight, residuals, int8_input_scales, &p);
+    p.valid = cpu_internal::PackInt8Weights(weight, residuals, int8_input_scales,
+                                            int8.nonnegative_input, &p);
     if (p.valid && desc.separable) {
-      p.valid = cpu_internal::PackInt8Depthwise(depthwise, int8_input_scales[1 + num_residuals],
-                                                int8_depthwise.input_channel_scales,
-                                                int8_depthwise.nonnegative_input, &p);
+      p.valid =
+          cpu_internal::PackInt8Depthwise(depthwise, int8_input_scales[1 + num_residuals],
+                                          int8.input_channel_scales, int8.nonnegative_input, &p);
     }
     return p;
   }
