@@ -9,6 +9,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -43,9 +44,17 @@ Int8Calibration Sample() {
   c.audio_seconds = 12.5;
   c.frame_agreement = 0.975;
   c.frame_agreement_all_int8 = 0.96;
-  c.layers = {{0, 0, {0.125f}},
-              {1, 1, {0.0306f, 1e-7f}, true, {0.5f, 1e-30f, 3e38f}, {2.0f, 0.25f, 1.5f}},
-              {-1, 0, {3.4e38f}}};
+  auto layer = [](int block, int sub_block, std::vector<float> scales) {
+    Int8SubBlockScales l;
+    l.block = block;
+    l.sub_block = sub_block;
+    l.scales = std::move(scales);
+    return l;
+  };
+  c.layers = {layer(0, 0, {0.125f}), layer(1, 1, {0.0306f, 1e-7f}), layer(-1, 0, {3.4e38f})};
+  c.layers[1].fp32 = true;
+  c.layers[1].depthwise_channel_scales = {0.5f, 1e-30f, 3e38f};
+  c.layers[1].depthwise_output_smoothing = {2.0f, 0.25f, 1.5f};
   return c;
 }
 
