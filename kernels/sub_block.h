@@ -151,7 +151,7 @@ using AlignedFloats = std::vector<float, CacheLineAllocator<float>>;
 //   non-negative: a_unsigned), accumulates each weight group's products in INT32 and adds them to
 //   the FP32 result times dequant[group][column] = a_scale[group] * w_scale[group][column].
 //   Separable: the depthwise conv runs in INT8 too: the input quantized per channel with
-//   depthwise_in_scales (the calibration's per-tensor scale for every channel, or its
+//   depthwise_in_inv (1 / the calibration's per-tensor scale for every channel, or / its
 //   per-channel scales where it has them), the weights per channel (max |w| / 127 over the taps) in
 //   depthwise_int8[C_in/16][ceil(K/4)][16][4] (quads of taps per channel, taps past K zero),
 //   INT32 sums dequantized per channel (depthwise_dequant = input scale x weight scale) to the
@@ -185,10 +185,9 @@ struct PackedSubBlock {
   std::vector<std::int32_t, CacheLineAllocator<std::int32_t>> b_int8_col_sums;
   // kInt8 separable only (channels rounded up to 16; the VNNI depthwise reads its input as
   // unsigned, q + 128, and subtracts 128 x depthwise_int8_sums; with depthwise_in_unsigned the
-  // input, known to be non-negative, is quantized to u = clamp(round(x / depthwise_in_scales[c]),
+  // input, known to be non-negative, is quantized to u = clamp(round(x * depthwise_in_inv[c]),
   // 0, 255) and the sums are 0):
-  std::vector<float> depthwise_in_scales;  // [C_in]
-  AlignedFloats depthwise_in_inv;          // [C_in rounded up to 64]: 1 / scale, 0 past C_in
+  AlignedFloats depthwise_in_inv;  // [C_in rounded up to 64]: 1 / channel c's scale, 0 past C_in
   bool depthwise_in_unsigned = false;
   std::vector<std::int8_t, CacheLineAllocator<std::int8_t>> depthwise_int8;
   AlignedFloats depthwise_dequant;

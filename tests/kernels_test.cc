@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <iostream>
 #include <limits>
 #include <ostream>
@@ -648,41 +649,43 @@ std::vector<Case> SpecialCases() {
   add("SepOutPadded", true, 11, 1, 1, -1, 13, 13, 33, 4, {13}, relu, true, Lengths::kOutPadded);
   add("DenseOutPadded", false, 3, 1, 1, -1, 13, 13, 33, 4, {}, relu, true, Lengths::kOutPadded);
   add("DenseK1OutPadded", false, 1, 1, 1, 0, 13, 13, 33, 4, {}, id, true, Lengths::kOutPadded);
+  // Copies of the named cases, each changed by `variant` (a name that is not a case is skipped;
+  // NonNegativeCasesExist and PerChannelCasesExist count the copies).
+  auto copies_of = [&cases](std::initializer_list<const char*> names, auto variant) {
+    for (const char* name : names) {
+      const auto it = std::find_if(cases.begin(), cases.end(),
+                                   [name](const Case& c) { return c.name == name; });
+      if (it != cases.end()) variant(Case(*it));
+    }
+  };
   // INT8's inputs on the unsigned grid (a ReLU's output): the depthwise input, a dense
   // sub-block's GEMM input, the residual inputs. Strides, dilation, long and stacked tiles, odd
   // channel counts, several residuals, T = 1, lengths past the input.
-  for (const char* name :
-       {"SepPrologueLike", "SepDilatedK33D2", "SepLong", "SepBatch33", "SepStackBatch33T25",
-        "SepStackBatch9T300S2", "SepWideK1000", "SepEvenK2D2", "SepEvenK30D2", "SepBatch1Short",
-        "SepT1", "SepOutPadded", "DenseValidPadding", "DenseLong", "DenseK1Batch33",
-        "DenseK1StackBatch33S2", "DenseK3D1Wide", "DenseT1", "DenseOutPadded"}) {
-    const auto it =
-        std::find_if(cases.begin(), cases.end(), [name](const Case& c) { return c.name == name; });
-    if (it == cases.end()) continue;  // NonNegativeCasesExist counts them
-    Case c = *it;
-    c.name += "NonNegative";
-    c.nonnegative_input = true;
-    c.nonnegative_residuals = true;
-    cases.push_back(c);
-  }
-  // The INT8 depthwise input with a scale per channel, on either grid: strides, dilation, a
-  // stacked tile, odd channel counts, T = 1.
-  for (const char* name :
-       {"SepPrologueLike", "SepDilatedK33D2", "SepStackBatch9T300S2", "SepBatch33", "SepT1",
-        "SepPrologueLikeNonNegative", "SepDilatedK33D2NonNegative", "SepBatch33NonNegative",
-        "SepEvenK2D2NonNegative", "SepOutPaddedNonNegative"}) {
-    const auto it =
-        std::find_if(cases.begin(), cases.end(), [name](const Case& c) { return c.name == name; });
-    if (it == cases.end()) continue;  // PerChannelCasesExist counts them
-    Case c = *it;
-    c.name += "PerChannel";
-    c.per_channel_scales = true;
-    cases.push_back(c);
-    // The same with the depthwise output smoothed into the pointwise weights.
-    c.name += "Smoothed";
-    c.smoothing = true;
-    cases.push_back(c);
-  }
+  copies_of(
+      {"SepPrologueLike", "SepDilatedK33D2", "SepLong", "SepBatch33", "SepStackBatch33T25",
+       "SepStackBatch9T300S2", "SepWideK1000", "SepEvenK2D2", "SepEvenK30D2", "SepBatch1Short",
+       "SepT1", "SepOutPadded", "DenseValidPadding", "DenseLong", "DenseK1Batch33",
+       "DenseK1StackBatch33S2", "DenseK3D1Wide", "DenseT1", "DenseOutPadded"},
+      [&cases](Case c) {
+        c.name += "NonNegative";
+        c.nonnegative_input = true;
+        c.nonnegative_residuals = true;
+        cases.push_back(c);
+      });
+  // The INT8 depthwise input with a scale per channel, on either grid (strides, dilation, a
+  // stacked tile, odd channel counts, T = 1), then the same with the depthwise output smoothed
+  // into the pointwise weights.
+  copies_of({"SepPrologueLike", "SepDilatedK33D2", "SepStackBatch9T300S2", "SepBatch33", "SepT1",
+             "SepPrologueLikeNonNegative", "SepDilatedK33D2NonNegative", "SepBatch33NonNegative",
+             "SepEvenK2D2NonNegative", "SepOutPaddedNonNegative"},
+            [&cases](Case c) {
+              c.name += "PerChannel";
+              c.per_channel_scales = true;
+              cases.push_back(c);
+              c.name += "Smoothed";
+              c.smoothing = true;
+              cases.push_back(c);
+            });
   return cases;
 }
 

@@ -30,9 +30,6 @@ struct TensorStats {
 struct LayerStats {
   int block = 0;
   int sub_block = 0;
-  // A separable sub-block's depthwise input is a ReLU's output: its scale is chosen for the
-  // unsigned grid's 255 steps (kernels: PackSubBlock's nonnegative_input).
-  bool depthwise_input_unsigned = false;
   // Per tensor (as `tensors`): quantized on the unsigned grid (a ReLU's output: a dense
   // sub-block's input, a residual input, the depthwise input), its scale chosen over 255 steps.
   std::vector<bool> unsigned_grid;
@@ -72,7 +69,8 @@ class StatsObserver final : public CpuStepObserver {
       for (int b = 0; b < g.batch; ++b) {
         const float* xb = s.x + static_cast<std::size_t>(b) * g.in_time * c_in;
         Observe(xb, length(g.in_lengths, b, g.in_time) * c_in, &l.tensors.back());
-        ObserveChannels(xb, length(g.in_lengths, b, g.in_time), c_in, &l);
+        if (!histogram_pass_)
+          ChannelMax(xb, length(g.in_lengths, b, g.in_time), c_in, &l.channel_max);
       }
       depthwise_.resize(static_cast<std::size_t>(g.batch) * g.out_time * c_in);
       kernels::DepthwiseReference(d, s.sub->depthwise.data(), s.x, g, depthwise_.data());
@@ -112,7 +110,6 @@ class StatsObserver final : public CpuStepObserver {
     LayerStats l;
     l.block = s.block;
     l.sub_block = s.sub_block;
-    l.depthwise_input_unsigned = s.sub->desc.separable && s.x_nonnegative;
     l.unsigned_grid.push_back(!s.sub->desc.separable && s.x_nonnegative);  // A_main
     for (std::size_t p = 0; p < s.sub->residual_channels.size(); ++p) {
       l.unsigned_grid.push_back(s.residual_nonnegative != nullptr && (*s.residual_nonnegative)[p]);
@@ -152,10 +149,7 @@ class StatsObserver final : public CpuStepObserver {
     }
   }
 
-  // Rows [0, frames) of x [frames, channels]: max |x| per channel (first pass).
-  void ObserveChannels(const float* x, int frames, std::size_t channels, LayerStats* l) const {
-    if (!histogram_pass_) ChannelMax(x, frames, channels, &l->channel_max);
-  }
+  // Rows [0, frames) of x [frames, channels] into m: max |x| per channel.
   static void ChannelMax(const float* x, int frames, std::size_t channels, std::vector<float>* m) {
     for (int t = 0; t < frames; ++t) {
       const float* row = x + t * channels;
@@ -408,7 +402,7 @@ absl::StatusOr<Int8Calibration> Int8Calibrator::Calibrate(double audio_seconds,
       // Each channel's whole range, no clip: on the shipped model this agreed with FP32 more
       // often than each channel's own MSE clip (docs/PERFORMANCE.md). A channel that was 0 on
       // all the audio keeps the per-tensor scale.
-      const float levels = l.depthwise_input_unsigned ? 255.0f : 127.0f;
+      const float levels = l.unsigned_grid.back() ? 255.0f : 127.0f;  // the depthwise input's
       for (const float m : l.channel_max) {
         s.depthwise_channel_scales.push_back(
             m > 0.0f && std::isfinite(m / levels) && m / levels > 0.0f ? m / levels

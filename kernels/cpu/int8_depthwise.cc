@@ -423,15 +423,15 @@ bool PackInt8Depthwise(const float* depthwise, float input_scale, const float* c
   const int channels = p->desc.in_channels;
   const int quads = Quads(taps);
   const int blocks = Blocks(channels);
-  p->depthwise_in_scales.assign(static_cast<std::size_t>(channels), input_scale);
-  if (channel_scales != nullptr) {
-    std::copy(channel_scales, channel_scales + channels, p->depthwise_in_scales.begin());
-  }
-  for (const float s : p->depthwise_in_scales) {
+  auto input_scale_of = [&](int c) {
+    return channel_scales != nullptr ? channel_scales[c] : input_scale;
+  };
+  for (int c = 0; c < channels; ++c) {
+    const float s = input_scale_of(c);
     if (!(std::isfinite(s) && s > 0.0f && std::isfinite(1.0f / s))) return false;
   }
   p->depthwise_in_inv.assign(static_cast<std::size_t>(RowBytes(channels)), 0.0f);
-  for (int c = 0; c < channels; ++c) p->depthwise_in_inv[c] = 1.0f / p->depthwise_in_scales[c];
+  for (int c = 0; c < channels; ++c) p->depthwise_in_inv[c] = 1.0f / input_scale_of(c);
   p->depthwise_in_unsigned = unsigned_input;
   p->depthwise_int8.assign(static_cast<std::size_t>(blocks) * quads * kQuadBytes, 0);
   p->depthwise_dequant.assign(static_cast<std::size_t>(blocks) * kBlock, 0.0f);
@@ -441,7 +441,7 @@ bool PackInt8Depthwise(const float* depthwise, float input_scale, const float* c
     for (int k = 0; k < taps; ++k) {
       max_abs = std::max(max_abs, std::fabs(depthwise[static_cast<Index>(k) * channels + c]));
     }
-    p->depthwise_dequant[c] = p->depthwise_in_scales[c] * (max_abs / 127.0f);
+    p->depthwise_dequant[c] = input_scale_of(c) * (max_abs / 127.0f);
     if (!(max_abs > 0.0f)) continue;  // an all-zero (or NaN) channel stays zero
     const float inv = 127.0f / max_abs;
     I32 sum = 0;
