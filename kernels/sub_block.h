@@ -237,6 +237,15 @@ PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& wei
                             const float* int8_input_scales = nullptr,
                             const Int8PackOptions& int8 = {});
 
+// The one rule for which of a sub-block's INT8 inputs are quantized on the unsigned grid [0, 255]
+// (a ReLU's output, so a scale chosen over 255 steps), in `int8_input_scales`' order: A_main (a
+// dense sub-block's input, when `input_nonnegative`), each residual input (when
+// residual_nonnegative[p]), then, for a separable sub-block, the depthwise input (when
+// `input_nonnegative`). PackSubBlock quantizes by it and the INT8 calibration chooses its scales
+// by it. residual_nonnegative.size() is the number of residual inputs.
+std::vector<bool> Int8UnsignedGrid(const SubBlockDesc& desc, bool input_nonnegative,
+                                   const std::vector<bool>& residual_nonnegative);
+
 // Workspace floats FusedSubBlockCpuPacked needs for `packed` (independent of the batch).
 std::size_t PackedSubBlockWorkspaceFloats(const PackedSubBlock& packed);
 

@@ -21,6 +21,7 @@
 #include "engine/runtime/cpu_backend.h"
 #include "engine/runtime/int8_calibrator.h"
 #include "kernels/cpu_features.h"
+#include "kernels/sub_block.h"
 #include "tests/model_test_util.h"
 
 namespace jasper {
@@ -153,6 +154,23 @@ TEST(Int8CalibrationFileTest, RejectsMalformedFiles) {
 
 // The clip minimizes the histogram's squared error: no clipping for a uniform spread; a lone
 // far outlier is clipped (its squared error is cheaper than coarser steps for everything else).
+// The grid rule the packing and the calibration share, in the order of the activation scales.
+TEST(Int8UnsignedGridTest, OneEntryPerScaleInOrder) {
+  kernels::SubBlockDesc dense;
+  dense.separable = false;
+  kernels::SubBlockDesc separable = dense;
+  separable.separable = true;
+  // Dense: A_main is the input itself; then the residual inputs.
+  EXPECT_EQ(kernels::Int8UnsignedGrid(dense, true, {false, true}),
+            (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(kernels::Int8UnsignedGrid(dense, false, {}), (std::vector<bool>{false}));
+  // Separable: A_main is the depthwise output (signed); the depthwise input comes last.
+  EXPECT_EQ(kernels::Int8UnsignedGrid(separable, true, {true}),
+            (std::vector<bool>{false, true, true}));
+  EXPECT_EQ(kernels::Int8UnsignedGrid(separable, false, {false}),
+            (std::vector<bool>{false, false, false}));
+}
+
 TEST(ChooseInt8ScaleTest, UniformKeepsTheRangeAndOutliersAreClipped) {
   std::vector<double> uniform(2048, 100.0);
   EXPECT_NEAR(ChooseInt8Scale(uniform, 10.0f), 10.0f / 127, 10.0f / 127 * 0.02);

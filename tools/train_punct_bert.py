@@ -261,8 +261,8 @@ def main():
     # part, like the fixture sources', is guarded against sharing 8 words with either.
     dev, test = ([sp for sp in part if sp[0] in fixture] for part in (dev, test))
     train, dev, test = ([p for _, p in part] for part in (train, dev, test))
+    table = bp.case_table(train)  # from the text as it is, before any passage is repeated
     train += [p for p in train if any(m == "?" for _, m in p)] * (args.question_repeat - 1)
-    table = bp.case_table(train)
     wp = WordPiece(os.path.join(args.base, "vocab.txt"))
     # A training passage runs in one window: at most the encoder's 512 positions (some of the
     # extra sources' passages have longer words).
@@ -308,10 +308,11 @@ def main():
     print(f"{step} steps; dev, tuned bias {bias}: {dev_scores[tuple(bias)]}", flush=True)
     print(f"test: {evaluate(net, wp, table, test, [bias])[tuple(bias)]}", flush=True)
     if args.export:
-        export(net, wp, table, bias, args, test, os.path.join(args.base, "vocab.txt"))
+        export(net, wp, table, bias, args, test, os.path.join(args.base, "vocab.txt"), step)
 
 
-def export(net, wp, table, bias, args, test, vocab_path):
+def export(net, wp, table, bias, args, test, vocab_path, steps):
+    """Writes the served folder (and --fixture); `steps`: the training steps run."""
     out = args.export
     os.makedirs(out, exist_ok=True)
     state = {}
@@ -345,7 +346,8 @@ def export(net, wp, table, bias, args, test, vocab_path):
                         "max_pieces_per_word": MAX_PIECES, "window_words": WINDOW_WORDS,
                         "core_words": CORE_WORDS, "context_words": CONTEXT_WORDS},
         "files": None,  # write_folder fills it
-        "training": {"tool": "tools/train_punct_bert.py", "minutes": args.minutes, "steps": args.steps or step,
+        "training": {"tool": "tools/train_punct_bert.py", "minutes": args.minutes,
+                     "steps": steps,
                      "seed": args.seed, "base": "sentence-transformers/all-MiniLM-L6-v2 "
                      "(Apache-2.0), first layers", "text": "Debian fortunes, jargon-text, "
                      "dict-gcide (tools/build_punct.py splits)" +

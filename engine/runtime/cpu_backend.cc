@@ -48,17 +48,17 @@ class CpuBackend final : public Backend {
         layer = nullptr;
       }
       const std::vector<float>* scales = layer == nullptr ? nullptr : &layer->scales;
-      kernels::Int8PackOptions depthwise;
-      depthwise.nonnegative_input = step.input_nonnegative;
+      kernels::Int8PackOptions int8_options;
+      int8_options.nonnegative_input = step.input_nonnegative;
       if (layer != nullptr && !layer->depthwise_channel_scales.empty()) {
-        depthwise.input_channel_scales = layer->depthwise_channel_scales.data();
+        int8_options.input_channel_scales = layer->depthwise_channel_scales.data();
       }
       if (layer != nullptr && !layer->depthwise_output_smoothing.empty()) {
-        depthwise.output_smoothing = layer->depthwise_output_smoothing.data();
+        int8_options.output_smoothing = layer->depthwise_output_smoothing.data();
       }
       packed_.push_back(kernels::PackSubBlock(
           sub.desc, WeightsOf(sub), residuals.data(), static_cast<int>(residuals.size()), precision,
-          scales == nullptr ? nullptr : scales->data(), depthwise));
+          scales == nullptr ? nullptr : scales->data(), int8_options));
       workspace = std::max(workspace, kernels::PackedSubBlockWorkspaceFloats(packed_.back()));
     }
     // One workspace per part (separate allocations: no false sharing between threads).

@@ -110,11 +110,9 @@ class StatsObserver final : public CpuStepObserver {
     LayerStats l;
     l.block = s.block;
     l.sub_block = s.sub_block;
-    l.unsigned_grid.push_back(!s.sub->desc.separable && s.x_nonnegative);  // A_main
-    for (std::size_t p = 0; p < s.sub->residual_channels.size(); ++p) {
-      l.unsigned_grid.push_back(s.residual_nonnegative != nullptr && (*s.residual_nonnegative)[p]);
-    }
-    if (s.sub->desc.separable) l.unsigned_grid.push_back(s.x_nonnegative);
+    std::vector<bool> residual_nonnegative(s.sub->residual_channels.size(), false);
+    if (s.residual_nonnegative != nullptr) residual_nonnegative = *s.residual_nonnegative;
+    l.unsigned_grid = kernels::Int8UnsignedGrid(s.sub->desc, s.x_nonnegative, residual_nonnegative);
     l.tensors.resize(1 + s.sub->residual_channels.size() + (s.sub->desc.separable ? 1 : 0));
     if (s.sub->desc.separable) {
       const std::size_t c_in = static_cast<std::size_t>(s.sub->desc.in_channels);

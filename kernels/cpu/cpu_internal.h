@@ -136,10 +136,10 @@ std::size_t GemmInt8ScratchFloats(const PackedSubBlock& p);
 // Packs B for kInt8 (the fields documented in sub_block.h) with the activation scales
 // a_scales[1 + num_residuals]; false (p untouched but for its padding fields) when a scale is not
 // finite and positive. p->k_main, k_total, n_panels and residual_channels are already set. A
-// group whose input is non-negative (`nonnegative_main` for a dense sub-block's input,
-// residuals[r].nonnegative) is gathered on the unsigned grid (p->a_unsigned).
+// group whose `unsigned_grid` entry is set (Int8UnsignedGrid: A_main, then each residual input)
+// is gathered on the unsigned grid (p->a_unsigned).
 bool PackInt8Weights(const float* w_main, const ResidualInput* residuals, const float* a_scales,
-                     bool nonnegative_main, PackedSubBlock* p);
+                     const std::vector<bool>& unsigned_grid, PackedSubBlock* p);
 
 // Where the INT8 GEMM of a separable p (GemmTileInt8(), chosen now) takes its A for W_main: row r
 // of the tile at a + r * ld (ld = p.c_in_pad bytes), q or, when unsigned_a (vpdpbusd), q + 128.

@@ -441,7 +441,7 @@ std::size_t GemmInt8ScratchFloats(const PackedSubBlock& p) {
 }
 
 bool PackInt8Weights(const float* w_main, const ResidualInput* residuals, const float* a_scales,
-                     bool nonnegative_main, PackedSubBlock* p) {
+                     const std::vector<bool>& unsigned_grid, PackedSubBlock* p) {
   const SubBlockDesc& d = p->desc;
   const int c_in = d.in_channels;
   const int c_out = d.out_channels;
@@ -459,11 +459,7 @@ bool PackInt8Weights(const float* w_main, const ResidualInput* residuals, const 
   const int cols = AccCols(*p);
   p->b_int8.assign(static_cast<std::size_t>(cols / kNr) * p->k_pad * kNr, 0);
   p->a_scale.assign(a_scales, a_scales + num_groups);
-  p->a_unsigned.assign(static_cast<std::size_t>(num_groups), 0);
-  if (!d.separable && nonnegative_main) p->a_unsigned[0] = 1;
-  for (std::size_t r = 0; r < p->residual_channels.size(); ++r) {
-    p->a_unsigned[r + 1] = residuals[r].nonnegative ? 1 : 0;
-  }
+  p->a_unsigned.assign(unsigned_grid.begin(), unsigned_grid.begin() + num_groups);
   p->dequant.assign(static_cast<std::size_t>(num_groups) * cols, 0.0f);
   p->b_int8_col_sums.assign(static_cast<std::size_t>(num_groups) * cols, 0);
 

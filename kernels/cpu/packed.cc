@@ -6,7 +6,7 @@
 //   separable: A_main row r = the depthwise output of that frame (computed into the workspace
 //              just before, from a channel-blocked staged window, see depthwise.cc; INT8: the
 //              depthwise stage writes the quantized A rows into the GEMM's scratch itself, see
-//              int8.cc, and W_main's segment has no row pointers);
+//              int8_depthwise.cc, and W_main's segment has no row pointers);
 //   dense 1x1: A_main row r = the input row the frame reads, or a zero row when it is masked;
 //   dense K>1: A_main row r = K consecutive input rows of a staged (or, inside the utterance,
 //              in-place) window when dilation == 1 (one K*C_in segment), else one C_in segment
@@ -372,12 +372,15 @@ PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& wei
       weight = smoothed_weight.data();
       depthwise = smoothed_depthwise.data();
     }
-    p.valid = cpu_internal::PackInt8Weights(weight, residuals, int8_input_scales,
-                                            int8.nonnegative_input, &p);
+    std::vector<bool> residual_nonnegative;
+    for (int r = 0; r < num_residuals; ++r)
+      residual_nonnegative.push_back(residuals[r].nonnegative);
+    const std::vector<bool> grid =
+        Int8UnsignedGrid(desc, int8.nonnegative_input, residual_nonnegative);
+    p.valid = cpu_internal::PackInt8Weights(weight, residuals, int8_input_scales, grid, &p);
     if (p.valid && desc.separable) {
-      p.valid =
-          cpu_internal::PackInt8Depthwise(depthwise, int8_input_scales[1 + num_residuals],
-                                          int8.input_channel_scales, int8.nonnegative_input, &p);
+      p.valid = cpu_internal::PackInt8Depthwise(depthwise, int8_input_scales[1 + num_residuals],
+                                                int8.input_channel_scales, grid.back(), &p);
     }
     return p;
   }
@@ -413,6 +416,14 @@ PackedSubBlock PackSubBlock(const SubBlockDesc& desc, const SubBlockWeights& wei
     k0 += p.residual_channels[r];
   }
   return p;
+}
+
+std::vector<bool> Int8UnsignedGrid(const SubBlockDesc& desc, bool input_nonnegative,
+                                   const std::vector<bool>& residual_nonnegative) {
+  std::vector<bool> grid{!desc.separable && input_nonnegative};
+  grid.insert(grid.end(), residual_nonnegative.begin(), residual_nonnegative.end());
+  if (desc.separable) grid.push_back(input_nonnegative);
+  return grid;
 }
 
 std::size_t PackedSubBlockWorkspaceFloats(const PackedSubBlock& packed) {
